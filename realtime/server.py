@@ -172,7 +172,10 @@ class ServerThread:
         self.server = server
         self.sock = sock
         self.port: int = sock.getsockname()[1]
-        self.loop = asyncio.new_event_loop()
+        # The loop `realtime serve` runs on (uvloop when installed), so embedders and
+        # tests exercise the same event loop as production.
+        factory = server.config.get_loop_factory()
+        self.loop = factory() if factory is not None else asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def _run(self) -> None:

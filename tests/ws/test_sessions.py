@@ -128,7 +128,8 @@ async def test_every_request_on_a_socket_carries_its_session_id_and_http_none(
 async def test_end_session_once_the_sockets_requests_have_ended(
     server_factory: Callable[..., RunningServer],
 ) -> None:
-    server = server_factory(ServerConfig(echo_delay=0.02, log_level="warning"), RecordingEcho())
+    # The delay is the engine's own: a passed-in engine ignores `echo_delay`.
+    server = server_factory(ServerConfig(log_level="warning"), RecordingEcho(delay=0.02))
     engine = engine_of(server)
     async with connect(server.ws_url) as ws:
         await ws.send(chat(" ".join(["w"] * 200), "long"))
