@@ -1,15 +1,16 @@
-"""One socket, one session: the reader, the bounded request queue, the request tasks, the writer.
+"""One socket, one session: the reader, the bounded request queue, the request tasks, the outbox.
 
     socket --reader--> [request queue, bounded] --dispatcher--> request tasks
-    request tasks --> [outbound queue, bounded] --writer--> socket
+    request tasks --> [outbox: sent at once, or held (bounded) for its writer] --> socket
     watchdog: idle timeout, maximum duration, slow consumer
 
 Backpressure, never growth: when the request queue is full the reader stops
-reading (uvicorn then stops reading the TCP socket); when the outbound queue is
-full request tasks wait, which stops them pulling tokens from the engine. A
-client that stops reading altogether is closed with 1008 once a frame has waited
-`slow_consumer_seconds` for it, so a stalled socket holds bounded memory for a
-bounded time.
+reading (uvicorn then stops reading the TCP socket); when the socket cannot take
+more, request tasks wait in the outbox (`realtime.ws.outbox`), which stops them
+pulling tokens from the engine, and text chunks held meanwhile fold into fewer
+frames. A client that stops reading altogether is closed with 1008 once a frame
+has waited `slow_consumer_seconds` for it, so a stalled socket holds bounded
+memory for a bounded time.
 
 In flight: a request is in flight from the moment the reader accepts it until
 its terminal frame is queued (queued + waiting for a slot + running). The
@@ -53,7 +54,6 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from starlette.websockets import WebSocket
 
 from realtime.config import ServerConfig
@@ -101,6 +101,7 @@ from realtime.protocol.states import (
     SocketEvent,
     SocketState,
 )
+from realtime.ws.outbox import Outbox
 
 log = logging.getLogger("realtime.ws")
 
@@ -182,8 +183,13 @@ class RealtimeSession:
         self.close_code: int | None = None
         self.requests_answered = 0
         self._requests: asyncio.Queue[_Queued] = asyncio.Queue(config.request_queue_size)
-        self._outbound: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue(
-            config.outbound_queue_frames
+        self._sent = {**self.metrics.sent, "ready": self.metrics.frames_out.labels("ready")}
+        self._outbox = Outbox(
+            websocket.send_text,
+            capacity=config.outbound_queue_frames,
+            on_sent=self._count_sent,
+            on_gone=self._peer_gone,
+            clock=asyncio.get_running_loop().time,
         )
         self._slots = asyncio.Semaphore(config.max_concurrent_per_socket)
         self._known: set[str] = set()  # ids queued or running
@@ -203,11 +209,8 @@ class RealtimeSession:
         self._teardown_cause = "server_close"
         self._opened_at = loop.time()
         self._last_activity = self._opened_at
-        #: When the writer started waiting to send its current frame (None: not waiting).
-        self._send_started: float | None = None
         self._expires_at: float | None = None
         self._side_tasks: set[asyncio.Task[None]] = set()
-        self._sent = {**self.metrics.sent, "ready": self.metrics.frames_out.labels("ready")}
 
     @property
     def accepted(self) -> int:
@@ -220,7 +223,7 @@ class RealtimeSession:
 
     @property
     def outbound_frames(self) -> int:
-        return self._outbound.qsize()
+        return len(self._outbox)
 
     # --- state tables ---
 
@@ -270,6 +273,19 @@ class RealtimeSession:
         else:
             return
         self._socket_event(SocketEvent.PEER_GONE if how is None else how.event)
+        if how is None:
+            self._stop_work_now()
+
+    def _stop_work_now(self) -> None:
+        """The peer is gone: cancel running requests now, not after the teardown's awaits.
+
+        Each await on the way to `_cancel_all` would let a busy engine run another
+        step for nobody; cancelling here stops it at its current step.
+        """
+        self._tearing_down = True
+        self._teardown_cause = "disconnect"
+        for task in self._running.values():
+            task.cancel()
 
     def begin_shutdown(self) -> None:
         """Server shutdown: refuse new requests, let accepted ones finish, then close 1001."""
@@ -305,14 +321,13 @@ class RealtimeSession:
     async def run(self) -> None:
         reader = asyncio.create_task(self._read_loop(), name="realtime-reader")
         dispatcher = asyncio.create_task(self._dispatch_loop(), name="realtime-dispatcher")
-        writer = asyncio.create_task(self._write_loop(), name="realtime-writer")
         watchdog = asyncio.create_task(self._watchdog(), name="realtime-watchdog")
         try:
             ending = await self._ending
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
             if ending is not None and ending.drain:
-                ending = await self._drain(dispatcher, writer, ending)
+                ending = await self._drain(dispatcher, ending)
             self._tearing_down = True
             self._teardown_cause = ending.cause if ending is not None else "disconnect"
             watchdog.cancel()
@@ -320,17 +335,14 @@ class RealtimeSession:
             await asyncio.gather(dispatcher, return_exceptions=True)
             await self._cancel_all(peer_gone=ending is None)
             if ending is None:
-                writer.cancel()
-                await asyncio.gather(writer, return_exceptions=True)
                 return
             if ending.flush_seconds > 0:
-                await self._flush(writer, ending.flush_seconds)
-            else:
-                writer.cancel()
-                await asyncio.gather(writer, return_exceptions=True)
+                await self._outbox.flush(ending.flush_seconds)
+            self._outbox.close()
             await self._close_socket(ending)
         finally:
-            for task in (reader, dispatcher, writer, watchdog, *self._side_tasks):
+            self._outbox.close()
+            for task in (reader, dispatcher, watchdog, *self._side_tasks):
                 task.cancel()
             for task in list(self._running.values()):
                 task.cancel()
@@ -363,9 +375,7 @@ class RealtimeSession:
         except Exception:  # the socket is gone either way; never let this mask its end
             log.exception("end_session failed", extra={"conn_id": self.conn_id})
 
-    async def _drain(
-        self, dispatcher: asyncio.Task[None], writer: asyncio.Task[None], ending: _Close
-    ) -> _Ending:
+    async def _drain(self, dispatcher: asyncio.Task[None], ending: _Close) -> _Ending:
         """Let queued and running requests finish, unless the drain is cut short."""
 
         async def finish_work() -> None:
@@ -375,21 +385,15 @@ class RealtimeSession:
                 await asyncio.gather(*self._running.values(), return_exceptions=True)
 
         work = asyncio.create_task(finish_work())
-        waiting: set[asyncio.Future[Any]] = {work, writer, self._interrupt}
+        waiting: set[asyncio.Future[Any]] = {work, self._interrupt}
         done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        if work in done:
-            if not self._interrupt.done():
-                self._interrupt.set_result(ending)  # nothing may cut in any more
-                self._socket_event(SocketEvent.ALL_ANSWERED)
-                return ending
+        if work in done and not self._interrupt.done():
+            self._interrupt.set_result(ending)  # nothing may cut in any more
+            self._socket_event(SocketEvent.ALL_ANSWERED)
+            return ending
         work.cancel()
         await asyncio.gather(work, return_exceptions=True)
-        if self._interrupt.done():
-            return self._interrupt.result()
-        # The writer failed: the peer is gone.
-        self._interrupt.set_result(None)
-        self._socket_event(SocketEvent.PEER_GONE)
-        return None
+        return self._interrupt.result()
 
     async def _cancel_all(self, *, peer_gone: bool) -> None:
         tasks = list(self._running.values())
@@ -413,14 +417,6 @@ class RealtimeSession:
             cause = "client" if rid in self._cancel_queued else self._teardown_cause
             self._record(item, "cancelled", cause=cause)
             self._forget(rid)
-
-    async def _flush(self, writer: asyncio.Task[None], seconds: float) -> None:
-        try:
-            await asyncio.wait_for(self._outbound.put(None), seconds)
-            await asyncio.wait_for(asyncio.shield(writer), seconds)
-        except (asyncio.TimeoutError, Exception):
-            writer.cancel()
-            await asyncio.gather(writer, return_exceptions=True)
 
     async def _close_socket(self, ending: _Close) -> None:
         self.close_code = ending.code
@@ -451,7 +447,8 @@ class RealtimeSession:
             await asyncio.sleep(tick)
             now = loop.time()
             slow = config.slow_consumer_seconds
-            if slow > 0 and self._send_started is not None and now - self._send_started >= slow:
+            started = self._outbox.send_started
+            if slow > 0 and started is not None and now - started >= slow:
                 self.end(
                     SlowConsumerError(
                         f"slow consumer: a frame waited {slow:g} s for the client to read"
@@ -463,9 +460,8 @@ class RealtimeSession:
                 idle > 0
                 and self.state == SocketState.OPEN.value
                 and not self._known
-                and self._send_started is None
-                and self._outbound.empty()
-                and now - self._last_activity >= idle
+                and self._outbox.empty
+                and now - max(self._last_activity, self._outbox.last_sent or 0.0) >= idle
             ):
                 self.end(_Close(CloseCode.NORMAL, "idle timeout", event=SocketEvent.IDLE))
                 return
@@ -698,7 +694,7 @@ class RealtimeSession:
                     async for chunk in chunks:
                         timer.chunk(chunk)
                         chunk["request_id"] = request_id
-                        await self._send(chunk, "chunk")
+                        await self._send(chunk, "chunk", request_id)
             else:
                 completion = await self.pipeline.complete(prepared)
                 completion["request_id"] = request_id
@@ -808,8 +804,9 @@ class RealtimeSession:
 
     # --- writing ---
 
-    async def _send(self, frame: dict[str, Any], kind: str) -> None:
-        await self._outbound.put((orjson.dumps(frame).decode(), kind))
+    async def _send(self, frame: dict[str, Any], kind: str, request_id: str | None = None) -> None:
+        """Send or hold a frame; `request_id` lets a held chunk of that request fold."""
+        await self._outbox.put(frame, kind, request_id)
 
     async def _send_terminal(self, frame: dict[str, Any], *, closing: bool) -> None:
         """A request's last frame: waited for, unless the socket is about to close."""
@@ -819,28 +816,13 @@ class RealtimeSession:
             await self._send(frame, "error")
 
     def _offer(self, frame: dict[str, Any], kind: str) -> None:
-        """Queue a frame if there is room; used while tearing down, when waiting is wrong."""
-        try:
-            self._outbound.put_nowait((orjson.dumps(frame).decode(), kind))
-        except asyncio.QueueFull:
-            log.debug("outbound full while ending; frame dropped with the socket")
+        """Hold a frame if there is room; used while tearing down, when waiting is wrong."""
+        if not self._outbox.offer(frame, kind):
+            log.debug("outbox full while ending; frame dropped with the socket")
 
-    async def _write_loop(self) -> None:
-        sent = self._sent
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                item = await self._outbound.get()
-                if item is None:
-                    return
-                text, kind = item
-                self._send_started = loop.time()
-                await self.ws.send_text(text)
-                self._send_started = None
-                self._last_activity = loop.time()
-                sent[kind].inc()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.debug("send failed; treating the peer as gone", exc_info=True)
-            self.end(None)
+    def _count_sent(self, kind: str) -> None:
+        self._sent[kind].inc()
+
+    def _peer_gone(self) -> None:
+        """A send failed: the client is gone."""
+        self.end(None)

@@ -1,0 +1,232 @@
+"""The frames one socket has yet to send: sent at once when the socket is free, else held.
+
+    request tasks --put--> [sent now]            (nothing waiting: no queue, no task hop)
+                     \\--> [backlog, bounded] --writer task--> socket
+
+Most of the time a streamed chunk goes straight to the socket from the task that
+made it: a hand-off through a queue to a writer task would cost a task switch per
+token for nothing. Only while a send is under way (the client reads slower than
+frames are produced, or another request's frame is being written) do frames wait
+in the backlog, which one writer task drains in order. While they wait, a text
+chunk folds into the previous pending chunk of its request
+(`realtime.chat.coalesce`), so a reader that falls behind gets fewer, larger
+frames with the same text instead of a growing queue.
+
+Backpressure: `put` waits while the backlog holds `capacity` frames, which stops
+the request task pulling tokens from the engine. `offer` never waits (for
+teardown, when waiting is wrong) and drops the frame if there is no room.
+
+Frames are serialized (orjson) when they are sent, not when they are queued, so a
+held chunk can still be folded. A failed send means the peer is gone: `on_gone`
+is called once and every later frame is dropped; the session's teardown takes it
+from there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from realtime.chat.coalesce import fold_chunk
+
+log = logging.getLogger("realtime.ws")
+
+#: The kind of frame ("chunk", "done", ...): the sent-frames metric's label.
+Kind = str
+
+
+@dataclass(slots=True)
+class _Held:
+    frame: dict[str, Any]
+    kind: Kind
+    #: Chunks fold only into a held chunk of the same request.
+    request_id: str | None
+
+
+class Outbox:
+    def __init__(
+        self,
+        send_text: Callable[[str], Awaitable[None]],
+        *,
+        capacity: int,
+        on_sent: Callable[[Kind], None],
+        on_gone: Callable[[], None],
+        clock: Callable[[], float],
+    ):
+        self._send_text = send_text
+        self.capacity = capacity
+        self._on_sent = on_sent
+        self._on_gone = on_gone
+        self._clock = clock
+        self._backlog: deque[_Held] = deque()
+        #: The last held chunk per request: where that request's next chunk may fold.
+        self._last_chunk: dict[str, _Held] = {}
+        self._busy = False  # a send is under way
+        self._gone = False
+        self._writer: asyncio.Task[None] | None = None
+        self._wake_writer: asyncio.Event | None = None
+        self._room: asyncio.Event | None = None
+        self._idle: asyncio.Event | None = None
+        #: When the send under way started (None: no send under way); for slow-consumer checks.
+        self.send_started: float | None = None
+        #: When a frame last reached the socket.
+        self.last_sent: float | None = None
+        #: Chunks folded into an earlier chunk instead of being sent on their own.
+        self.folded = 0
+
+    def __len__(self) -> int:
+        """Frames held (not counting one being sent)."""
+        return len(self._backlog)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing held and nothing being sent."""
+        return not self._backlog and not self._busy
+
+    @property
+    def gone(self) -> bool:
+        return self._gone
+
+    async def put(self, frame: dict[str, Any], kind: Kind, request_id: str | None = None) -> None:
+        """Send `frame` now if the socket is free, else hold it (waiting while the backlog
+        is full)."""
+        if self._gone:
+            return
+        if not self._busy and not self._backlog:
+            await self._transmit(frame, kind)
+            return
+        if self._fold(frame, kind, request_id):
+            return
+        while len(self._backlog) >= self.capacity and not self._gone:
+            if self._room is None:
+                self._room = asyncio.Event()
+            self._room.clear()
+            await self._room.wait()
+        if not self._gone:
+            self._append(frame, kind, request_id)
+
+    def offer(self, frame: dict[str, Any], kind: Kind, request_id: str | None = None) -> bool:
+        """Hold `frame` for the writer without ever waiting; False if dropped (no room)."""
+        if self._gone:
+            return False
+        if self._fold(frame, kind, request_id):
+            return True
+        if len(self._backlog) >= self.capacity:
+            return False
+        self._append(frame, kind, request_id)
+        return True
+
+    async def flush(self, timeout: float) -> bool:
+        """Wait up to `timeout` s until everything held was sent; True if it was."""
+        if self._gone:
+            return False
+        if self.empty:
+            return True
+        if self._idle is None:
+            self._idle = asyncio.Event()
+        self._idle.clear()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return not self._gone
+
+    def close(self) -> None:
+        """Stop the writer; frames still held are dropped."""
+        if self._writer is not None:
+            self._writer.cancel()
+        self._backlog.clear()
+        self._last_chunk.clear()
+        self._release_waiters()
+
+    # --- internals ---
+
+    def _fold(self, frame: dict[str, Any], kind: Kind, request_id: str | None) -> bool:
+        """Fold a chunk into its request's last held chunk, if there is one and it folds."""
+        if kind != "chunk" or request_id is None:
+            return False
+        last = self._last_chunk.get(request_id)
+        if last is None or not fold_chunk(last.frame, frame):
+            return False
+        self.folded += 1
+        return True
+
+    def _append(self, frame: dict[str, Any], kind: Kind, request_id: str | None) -> None:
+        held = _Held(frame, kind, request_id)
+        if request_id is not None:
+            if kind == "chunk":
+                self._last_chunk[request_id] = held
+            else:
+                # Nothing of this request may fold across its non-chunk frame.
+                self._last_chunk.pop(request_id, None)
+        self._backlog.append(held)
+        if not self._busy:
+            self._start_writer()
+
+    def _start_writer(self) -> None:
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(
+                self._drain(), name="realtime-writer"
+            )
+        elif self._wake_writer is not None:
+            self._wake_writer.set()
+
+    async def _drain(self) -> None:
+        """The writer task: send held frames in order, then wait for more."""
+        if self._wake_writer is None:
+            self._wake_writer = asyncio.Event()
+        while not self._gone:
+            if not self._backlog or self._busy:
+                self._wake_writer.clear()
+                if self._idle is not None and self.empty:
+                    self._idle.set()
+                await self._wake_writer.wait()
+                continue
+            held = self._backlog.popleft()
+            if held.request_id is not None and self._last_chunk.get(held.request_id) is held:
+                del self._last_chunk[held.request_id]
+            if self._room is not None and len(self._backlog) < self.capacity:
+                self._room.set()
+            await self._transmit(held.frame, held.kind)
+
+    async def _transmit(self, frame: dict[str, Any], kind: Kind) -> None:
+        self._busy = True
+        self.send_started = self._clock()
+        try:
+            await self._send_text(orjson.dumps(frame).decode())
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.debug("send failed; treating the peer as gone", exc_info=True)
+            self._peer_gone()
+            return
+        finally:
+            self._busy = False
+            self.send_started = None
+            # Frames held meanwhile (or still held if this send was cancelled) go next.
+            if self._backlog and not self._gone:
+                self._start_writer()
+        self.last_sent = self._clock()
+        self._on_sent(kind)
+        if self._idle is not None and self.empty:
+            self._idle.set()
+
+    def _peer_gone(self) -> None:
+        if self._gone:
+            return
+        self._gone = True
+        self._backlog.clear()
+        self._last_chunk.clear()
+        self._release_waiters()
+        self._on_gone()
+
+    def _release_waiters(self) -> None:
+        for event in (self._room, self._idle, self._wake_writer):
+            if event is not None:
+                event.set()

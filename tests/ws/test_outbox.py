@@ -1,0 +1,167 @@
+"""The outbox without a socket: direct sends, held frames, folding, backpressure, failure."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+
+from realtime.chat.delta import DeltaGenerator
+from realtime.ws.outbox import Outbox
+
+pytestmark = pytest.mark.anyio
+
+
+class FakeSocket:
+    """Records sent texts; `gate` cleared makes every send wait, like a full TCP buffer."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.fail = False
+        self.gone = 0
+        self.kinds: list[str] = []
+
+    async def send_text(self, text: str) -> None:
+        await self.gate.wait()
+        if self.fail:
+            raise ConnectionResetError("peer gone")
+        self.sent.append(orjson.loads(text))
+
+    def outbox(self, capacity: int = 4) -> Outbox:
+        def on_gone() -> None:
+            self.gone += 1
+
+        return Outbox(
+            self.send_text,
+            capacity=capacity,
+            on_sent=self.kinds.append,
+            on_gone=on_gone,
+            clock=asyncio.get_running_loop().time,
+        )
+
+
+def _chunks(n: int, completion_id: str = "chatcmpl-a") -> list[dict[str, Any]]:
+    gen = DeltaGenerator(model="m", prompt_tokens=1, completion_id=completion_id)
+    return [c for i in range(n) if (c := gen.content_chunk(f"t{i} "))]
+
+
+def _text(frames: list[dict[str, Any]], completion_id: str = "chatcmpl-a") -> str:
+    return "".join(
+        f["choices"][0]["delta"]["content"] for f in frames if f.get("id") == completion_id
+    )
+
+
+async def test_a_free_socket_gets_the_frame_before_put_returns() -> None:
+    sock = FakeSocket()
+    box = sock.outbox()
+    for chunk in _chunks(3):
+        await box.put(chunk, "chunk", "r1")
+        assert sock.sent[-1] == chunk  # sent by put itself: no writer task involved
+    assert box._writer is None
+    assert sock.kinds == ["chunk"] * 3 and box.empty
+
+
+async def test_chunks_held_behind_a_slow_send_fold_and_keep_their_text() -> None:
+    sock = FakeSocket()
+    box = sock.outbox(capacity=4)
+    chunks = _chunks(10)
+    sock.gate.clear()
+    first = asyncio.create_task(box.put(chunks[0], "chunk", "r1"))
+    await asyncio.sleep(0)
+    assert box.send_started is not None and not box.empty
+    for chunk in chunks[1:]:
+        await box.put(chunk, "chunk", "r1")  # never waits: each folds into one held chunk
+    assert len(box) == 1 and box.folded == 8
+    sock.gate.set()
+    await first
+    assert await box.flush(1.0)
+    assert len(sock.sent) == 2
+    assert _text(sock.sent) == "".join(f"t{i} " for i in range(10))
+
+
+async def test_frames_of_other_requests_keep_their_order_and_fold_only_within_a_request() -> None:
+    sock = FakeSocket()
+    box = sock.outbox(capacity=8)
+    a, b = _chunks(3, "chatcmpl-a"), _chunks(3, "chatcmpl-b")
+    sock.gate.clear()
+    blocked = asyncio.create_task(box.put({"type": "session.ready"}, "ready"))
+    await asyncio.sleep(0)
+    await box.put(a[0], "chunk", "ra")
+    await box.put(b[0], "chunk", "rb")
+    await box.put(a[1], "chunk", "ra")  # folds into a[0], ahead of b[0]: other request, fine
+    await box.put({"type": "response.done", "request_id": "ra"}, "done", "ra")
+    await box.put(a[2], "chunk", "ra")  # after ra's done frame: must not fold across it
+    sock.gate.set()
+    await blocked
+    assert await box.flush(1.0)
+    kinds = [f.get("type") or f["id"] for f in sock.sent]
+    assert kinds == ["session.ready", "chatcmpl-a", "chatcmpl-b", "response.done", "chatcmpl-a"]
+    assert _text(sock.sent[1:2]) == "t0 t1 "
+
+
+async def test_a_full_backlog_makes_put_wait_and_offer_drop() -> None:
+    sock = FakeSocket()
+    box = sock.outbox(capacity=2)
+    sock.gate.clear()
+    sending = asyncio.create_task(box.put({"n": 0}, "done"))
+    await asyncio.sleep(0)
+    await box.put({"n": 1}, "done")
+    await box.put({"n": 2}, "done")
+    third = asyncio.create_task(box.put({"n": 3}, "done"))
+    await asyncio.sleep(0.01)
+    assert not third.done() and len(box) == 2  # backpressure: the backlog never exceeds 2
+    assert not box.offer({"n": 4}, "done")
+    sock.gate.set()
+    await asyncio.wait_for(third, 1.0)
+    await sending
+    assert await box.flush(1.0)
+    assert [f["n"] for f in sock.sent] == [0, 1, 2, 3]
+
+
+async def test_a_failed_send_reports_the_peer_gone_once_and_releases_waiters() -> None:
+    sock = FakeSocket()
+    box = sock.outbox(capacity=1)
+    sock.gate.clear()
+    sock.fail = True
+    sending = asyncio.create_task(box.put({"n": 0}, "done"))
+    await asyncio.sleep(0)
+    await box.put({"n": 1}, "done")
+    waiting = asyncio.create_task(box.put({"n": 2}, "done"))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    sock.gate.set()
+    await asyncio.wait_for(asyncio.gather(sending, waiting), 1.0)
+    assert sock.gone == 1 and box.gone and sock.sent == []
+    await box.put({"n": 3}, "done")  # dropped without waiting
+    assert not box.offer({"n": 4}, "done")
+    assert not await box.flush(0.1)
+
+
+async def test_frames_held_behind_a_cancelled_send_still_go_out() -> None:
+    sock = FakeSocket()
+    box = sock.outbox()
+    sock.gate.clear()
+    direct = asyncio.create_task(box.put({"n": 0}, "done"))
+    await asyncio.sleep(0)
+    await box.put({"n": 1}, "done")
+    direct.cancel()  # e.g. the request that was sending got cancelled
+    await asyncio.gather(direct, return_exceptions=True)
+    sock.gate.set()
+    assert await box.flush(1.0)
+    assert [f["n"] for f in sock.sent] == [1]
+
+
+async def test_flush_gives_up_after_its_timeout() -> None:
+    sock = FakeSocket()
+    box = sock.outbox()
+    sock.gate.clear()
+    stuck = asyncio.create_task(box.put({"n": 0}, "done"))
+    await asyncio.sleep(0)
+    assert not await box.flush(0.05)
+    box.close()
+    stuck.cancel()
+    await asyncio.gather(stuck, return_exceptions=True)
