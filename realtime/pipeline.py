@@ -259,6 +259,7 @@ class ChatPipeline:
         finish: FinishReason | None = None
         #: the parsed answer, collected only when its next turn is to be warmed
         answer: list[OutputEvent] | None = [] if prepared.next_turn is not None else None
+        plain = not output.active and answer is None
         steps = text_steps(
             self.engine, prepared.engine_request, tokenizer, stops, skip_special_tokens=skip_special
         )
@@ -274,13 +275,19 @@ class ChatPipeline:
                         if want_logprobs and step.logprobs
                         else None
                     )
-                    events = output.feed(step.text)
-                    if finish is not None and finish is not FinishReason.ERROR:
-                        events += output.finish()
-                    if answer is not None:
-                        answer += events
-                    for chunk in delta.event_chunks(events, logprobs):
-                        yield chunk
+                    if plain:
+                        # No parser and nothing to collect: text goes straight to a chunk.
+                        chunk = delta.content_chunk(step.text, logprobs)
+                        if chunk is not None:
+                            yield chunk
+                    else:
+                        events = output.feed(step.text)
+                        if finish is not None and finish is not FinishReason.ERROR:
+                            events += output.finish()
+                        if answer is not None:
+                            answer += events
+                        for chunk in delta.event_chunks(events, logprobs):
+                            yield chunk
                     if finish is FinishReason.ERROR:
                         raise EngineError(step.error or "the engine failed while generating")
             assert finish is not None  # text_steps ends on the finishing step or raises

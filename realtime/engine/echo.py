@@ -63,6 +63,12 @@ class EchoTokenizer:
     eos_token_ids: frozenset[int] = frozenset()
 
     def encode(self, text: str) -> list[int]:
+        if text.isascii():  # one byte per character: pieces are plain slices
+            return [
+                int.from_bytes(b"\x01" + word[i : i + _PIECE_BYTES].encode(), "big")
+                for word in _WORDS.findall(text)
+                for i in range(0, len(word), _PIECE_BYTES)
+            ]
         ids: list[int] = []
         for word in _WORDS.findall(text):
             piece = b""
