@@ -50,6 +50,9 @@ class RealtimeWebSocketProtocol(WebSocketsSansIOProtocol):
             self.close_timer = self.loop.call_later(self.close_timeout, self._close_or_abort)
 
     async def send(self, message: ASGISendEvent) -> None:
+        if message["type"] == "websocket.send":  # the per-token path: nothing to add
+            await super().send(message)
+            return
         closing = (
             message["type"] == "websocket.close" and self.handshake_complete and not self.close_sent
         )
