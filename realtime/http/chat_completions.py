@@ -21,11 +21,11 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from realtime.http.errors import error_response
 from realtime.http.responses import ORJSONResponse
-from realtime.http.sse import SSE_HEADERS, sse_events
+from realtime.http.sse import EventStreamResponse
 from realtime.lifecycle import Lifecycle
 from realtime.limits import apply_max_tokens_cap
 from realtime.observability.logs import event
@@ -143,11 +143,11 @@ async def respond(
     lifecycle: Lifecycle = state.lifecycle
     if streaming:
         keepalive = state.config.sse_keepalive_seconds
-        chunks = _observed(stream(), outcome)
-        events = sse_events(chunks, keepalive_seconds=keepalive, stop=lifecycle.expired)
-        # Starlette cancels this stream when the client disconnects, which closes
-        # the chunk iterator and with it the engine's.
-        return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+        # A client that hangs up cancels the stream, which closes the chunk iterator
+        # and with it the engine's.
+        return EventStreamResponse(
+            _observed(stream(), outcome), keepalive_seconds=keepalive, stop=lifecycle.expired
+        )
     gauge = outcome.metrics.in_flight.labels(TRANSPORT)
     gauge.inc()
     try:

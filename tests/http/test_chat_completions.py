@@ -802,6 +802,36 @@ async def test_async_sdk_stream_close_stops_the_engine(server_factory):
         assert_engine_stopped_early(server, len(TOKENIZER.encode(text)))
 
 
+@pytest.mark.anyio
+async def test_stream_running_when_the_shutdown_grace_ends_stops_the_engine(server_factory):
+    server = server_factory(slow_config(shutdown_grace_seconds=0.3))
+    text = long_text(200)
+    payloads: list[str] = []
+    stopper = None
+    async with (
+        httpx.AsyncClient(base_url=server.http_url, timeout=30) as client,
+        client.stream(
+            "POST",
+            "/v1/chat/completions",
+            json={"model": "echo", "messages": user(text), "stream": True},
+        ) as response,
+    ):
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                payloads.append(line[len("data: ") :])
+                if stopper is None:
+                    stopper = asyncio.get_running_loop().run_in_executor(None, server.stop)
+    assert stopper is not None
+    await stopper
+    assert payloads[-1] == "[DONE]"
+    assert json.loads(payloads[-2])["error"]["code"] == "shutting_down"
+    assert chunk_text([json.loads(p) for p in payloads[:-2]]) == "".join(
+        pieces(text)[: len(payloads) - 2]
+    )
+    stats = server.engine.stats
+    assert stats.requests_cancelled == 1 and stats.active == 0
+
+
 def test_abandoned_non_streaming_request_stops_the_engine(server_factory):
     server = server_factory(slow_config())
     text = long_text(200)
