@@ -5,16 +5,25 @@ state (open sockets, queue depth, requests in flight) are computed at scrape tim
 from the live sessions, so they can never drift. Latency is measured in the
 transports: time to first token from when a request was read to its first
 content chunk, inter-token latency as the gap between consecutive content chunks.
+
+The metrics touched once per token or per frame (the two latency histograms and
+frames sent) are fast_metrics' lock-free ones, exported at scrape time in the same
+format prometheus_client's classes use; their thread-safety contract is in that
+module's docstring. In short: update them from the event loop's thread only;
+scrape from anywhere.
 """
 
 from __future__ import annotations
 
-import time
+from bisect import bisect_left
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from realtime.observability.fast_metrics import FastCounter, FastCounterChild, FastHistogram
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics", "RequestTimer"]
 
@@ -47,7 +56,8 @@ class Metrics:
             ["kind"],
             registry=r,
         )
-        self.frames_out = Counter(
+        # One .inc() per frame sent: a lock-free counter (see fast_metrics).
+        self.frames_out = FastCounter(
             "realtime_ws_frames_sent",
             "Frames sent, by kind (chunk, completion, done, error, expiring)",
             ["kind"],
@@ -76,14 +86,15 @@ class Metrics:
             ["route", "status"],
             registry=r,
         )
-        self.ttft = Histogram(
+        # Observed by RequestTimer, the ITL once per token: lock-free (see fast_metrics).
+        self.ttft = FastHistogram(
             "realtime_time_to_first_token_seconds",
             "From a streamed request being read to its first content chunk",
             ["transport"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
-        self.itl = Histogram(
+        self.itl = FastHistogram(
             "realtime_inter_token_latency_seconds",
             "Gap between consecutive content chunks of one streamed request",
             ["transport"],
@@ -121,7 +132,7 @@ class Metrics:
             registry=r,
         )
         # Per-kind children resolved once: the hot path only calls .inc().
-        self.sent: dict[str, Any] = {
+        self.sent: dict[str, FastCounterChild] = {
             kind: self.frames_out.labels(kind)
             for kind in ("chunk", "completion", "done", "error", "expiring")
         }
@@ -143,37 +154,62 @@ class Metrics:
 
 
 class RequestTimer:
-    """Time to first token and inter-token gaps of one streamed request."""
+    """Time to first token and inter-token gaps of one streamed request.
 
-    __slots__ = ("_itl", "_last", "_ttft", "first_token_at", "started")
+    `chunk` runs once per streamed chunk on the event loop, so it is kept lean: the
+    content test reads the common case (a chat delta with content) first, and the
+    inter-token gap goes straight into the histogram child's cells (the same update
+    as `FastHistogramChild.observe`, without the call).
+    """
+
+    __slots__ = ("_bounds", "_first_bound", "_itl", "_last", "_ttft", "first_token_at", "started")
 
     def __init__(self, metrics: Metrics, transport: str, started: float | None = None):
-        self.started = time.perf_counter() if started is None else started
+        self.started = perf_counter() if started is None else started
         self.first_token_at: float | None = None
         self._last: float | None = None
         self._ttft = metrics.ttft.labels(transport)
-        self._itl = metrics.itl.labels(transport)
+        itl = metrics.itl.labels(transport)
+        self._itl = itl.cells
+        self._bounds = itl.bounds
+        self._first_bound = itl.bounds[0]
 
     def chunk(self, chunk: dict[str, Any]) -> None:
         choices = chunk.get("choices")
         if not choices:
             return
         # A chat chunk's delta, or a text completion's text.
-        delta = choices[0].get("delta") or {}
+        choice = choices[0]
+        delta = choice.get("delta")
         if not (
-            choices[0].get("text")
-            or delta.get("content")
-            or delta.get("reasoning_content")
-            or delta.get("tool_calls")
+            (
+                delta
+                and (
+                    delta.get("content")
+                    or delta.get("reasoning_content")
+                    or delta.get("tool_calls")
+                )
+            )
+            or choice.get("text")
         ):
             return
-        now = time.perf_counter()
-        if self._last is None:
+        now = perf_counter()
+        last = self._last
+        self._last = now
+        if last is None:
             self.first_token_at = now
             self._ttft.observe(now - self.started)
+            return
+        gap = now - last
+        cells = self._itl
+        # Bucket first, then the sum in the last cell (the order fast_metrics relies on).
+        # The first bucket (<= 1 ms) is tested before the bisect: it is where the gaps
+        # go when tokens stream fastest, which is when this line runs most often.
+        if gap <= self._first_bound:
+            cells[0] += 1
         else:
-            self._itl.observe(now - self._last)
-        self._last = now
+            cells[bisect_left(self._bounds, gap)] += 1
+        cells[-1] += gap
 
     @property
     def ttft_ms(self) -> float | None:
