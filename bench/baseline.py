@@ -34,8 +34,12 @@ async def capture_frames(port: int, requests: Sequence[str]) -> dict[str, list[s
 
 
 def start_raw_with(
-    scratch: Path, frames: dict[str, list[str]], *, delay: float = 0.0
+    scratch: Path,
+    frames: dict[str, list[str]],
+    *,
+    delay: float = 0.0,
+    yield_each_frame: bool = False,
 ) -> ServerProcess:
     path = scratch / "raw-frames.json"
     path.write_text(json.dumps(frames))
-    return start_raw(scratch, path, delay=delay)
+    return start_raw(scratch, path, delay=delay, yield_each_frame=yield_each_frame)

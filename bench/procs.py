@@ -178,9 +178,13 @@ def start_realtime(log_dir: Path, *, echo_delay: float = 0.0) -> ServerProcess:
     return start_server("realtime", argv, log_dir)
 
 
-def start_raw(log_dir: Path, frames_file: Path, *, delay: float = 0.0) -> ServerProcess:
+def start_raw(
+    log_dir: Path, frames_file: Path, *, delay: float = 0.0, yield_each_frame: bool = False
+) -> ServerProcess:
     """The bare starlette + uvicorn baseline (`bench.raw_server`)."""
     argv = ["-m", "bench.raw_server", "--frames", str(frames_file), "--delay", repr(delay)]
+    if yield_each_frame:
+        argv.append("--yield-each-frame")
     return start_server("raw", argv, log_dir)
 
 

@@ -13,8 +13,11 @@ runs under the uvicorn settings `realtime.server.uvicorn_config` builds
 keepalive), from that function itself so the two cannot drift apart.
 
 With `--delay` it sleeps that long before every frame, the pacing of the echo
-engine's `--echo-delay`, for the many-sockets baseline. Sockets that send nothing
-are simply held, for the idle-sockets baseline.
+engine's `--echo-delay`, for the many-sockets baseline. With `--yield-each-frame`
+(and no delay) it passes through the event loop once before every frame, as the
+zero-delay echo engine does once per token: the ceiling for any server whose
+engine hands over one token per loop pass. Sockets that send nothing are simply
+held, for the idle-sockets baseline.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ from realtime.server import uvicorn_config
 UNKNOWN_REQUEST = '{"type":"error","request_id":null,"error":{"message":"raw: unknown request"}}'
 
 
-def build_raw_app(frames: dict[str, list[str]], delay: float) -> Starlette:
+def build_raw_app(
+    frames: dict[str, list[str]], delay: float, *, yield_each_frame: bool = False
+) -> Starlette:
     """A one-route app: each request text is answered with its canned frames."""
 
     async def replay(websocket: WebSocket) -> None:
@@ -51,6 +56,10 @@ def build_raw_app(frames: dict[str, list[str]], delay: float) -> Starlette:
                 elif delay:
                     for frame in answer:
                         await asyncio.sleep(delay)
+                        await websocket.send_text(frame)
+                elif yield_each_frame:
+                    for frame in answer:
+                        await asyncio.sleep(0)
                         await websocket.send_text(frame)
                 else:
                     for frame in answer:
@@ -75,12 +84,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.raw_server", description=__doc__)
     parser.add_argument("--frames", type=Path, required=True, help="JSON: request text -> frames")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each frame")
+    parser.add_argument(
+        "--yield-each-frame",
+        action="store_true",
+        help="pass through the event loop before every frame (one loop pass per token)",
+    )
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
     frames: dict[str, list[str]] = json.loads(args.frames.read_text())
     # The same settings as `realtime serve` with its defaults, warnings-only logs.
     settings = ServerConfig(host="127.0.0.1", port=args.port, log_level="warning")
-    app = build_raw_app(frames, args.delay)
+    app = build_raw_app(frames, args.delay, yield_each_frame=args.yield_each_frame)
     server = _AnnouncingServer(uvicorn_config(settings, app))
     server.run()
     return 0

@@ -6,6 +6,11 @@ after another. Three variants in the same run, interleaved:
 * `realtime ws` - our /v1/realtime, the full pipeline;
 * `raw ws` - the bare starlette handler replaying the frames our server sent for
   the same request (`bench.raw_server`): the ceiling of this stack;
+* `raw ws, loop pass per frame` - the same handler passing through the event loop
+  before each frame, as the zero-delay echo engine does once per token: the
+  ceiling for an engine that hands over one token per loop pass. It is not a
+  goal's baseline; it splits our distance from `raw ws` into what the engine's
+  stepping costs and what the pipeline costs;
 * `realtime sse` - our /v1/chat/completions with `stream: true` on one keep-alive
   connection, the same answer as SSE events.
 
@@ -38,8 +43,13 @@ SUMMARY = (
     "frame bytes, and our own SSE path."
 )
 
-WS, RAW, SSE = "realtime ws", "raw ws", "realtime sse"
-VARIANTS = (WS, RAW, SSE)
+WS, RAW, RAW_STEPPED, SSE = (
+    "realtime ws",
+    "raw ws",
+    "raw ws, loop pass per frame",
+    "realtime sse",
+)
+VARIANTS = (WS, RAW, RAW_STEPPED, SSE)
 
 
 @dataclass(frozen=True)
@@ -141,13 +151,17 @@ def run(ctx: RunContext) -> ScenarioResult:
         result.detail["frame_bytes_median"] = sorted(len(f) for f in frames[request])[
             len(frames[request]) // 2
         ]
-        with running(start_raw_with(ctx.scratch, frames)) as raw:
+        raw_server = start_raw_with(ctx.scratch, frames)
+        stepped_server = start_raw_with(ctx.scratch, frames, yield_each_frame=True)
+        with running(raw_server) as raw, running(stepped_server) as stepped:
             for repeat in range(ctx.repeats):
                 for variant in rotated(VARIANTS, repeat):
                     if variant == WS:
                         measured = asyncio.run(ws_run(ours, WS_PATH, request, p))
                     elif variant == RAW:
                         measured = asyncio.run(ws_run(raw, RAW_PATH, request, p))
+                    elif variant == RAW_STEPPED:
+                        measured = asyncio.run(ws_run(stepped, RAW_PATH, request, p))
                     else:
                         measured = asyncio.run(sse_run(ours, body, p))
                     _record(result, variant, measured)
@@ -180,6 +194,9 @@ def _judge(result: ScenarioResult) -> None:
     to_raw.runs = paired_ratios(ws, raw)
     to_sse = result.metric("ratio", "realtime ws / realtime sse (frames/s)", "x")
     to_sse.runs = paired_ratios(ws, sse)
+    stepped = result.metric(RAW_STEPPED, "frames/s", "frames/s").runs
+    to_stepped = result.metric("ratio", "realtime ws / raw ws, loop pass per frame (frames/s)", "x")
+    to_stepped.runs = paired_ratios(ws, stepped)
     cpu = result.metric(WS, "server CPU per token", "us")
     result.goals.append(
         Goal.judge(
@@ -199,7 +216,7 @@ def _judge(result: ScenarioResult) -> None:
         f"Median frame: {result.detail['frame_bytes_median']} bytes."
     )
     result.notes.append(
-        "Ratios are computed per repeat from the A/B/C runs of that repeat, then the median."
+        "Ratios are computed per repeat from the runs of that repeat, then the median."
     )
     result.charts.append(
         Chart(
