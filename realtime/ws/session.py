@@ -690,11 +690,12 @@ class RealtimeSession:
             apply_max_tokens_cap(prepared, self.config.max_tokens_cap)
             if streaming:
                 timer = RequestTimer(self.metrics, TRANSPORT, item.received_at)
+                put = self._outbox.put  # the per-token path: one call less than `_send`
                 async with aclosing(self.pipeline.stream(prepared)) as chunks:
                     async for chunk in chunks:
                         timer.chunk(chunk)
                         chunk["request_id"] = request_id
-                        await self._send(chunk, "chunk", request_id)
+                        await put(chunk, "chunk", request_id)
             else:
                 completion = await self.pipeline.complete(prepared)
                 completion["request_id"] = request_id
