@@ -306,6 +306,13 @@ def _add_hardening_arguments(serve: argparse.ArgumentParser, d: ServerConfig) ->
         " (default %(default)s)",
     )
     limits.add_argument(
+        "--gc-threshold",
+        type=_non_negative_int,
+        default=d.gc_threshold,
+        help="garbage collector: allocations between young-generation collections;"
+        " startup objects are frozen (default %(default)s; 0 = Python's defaults)",
+    )
+    limits.add_argument(
         "--max-connections",
         type=_positive_int,
         default=d.max_connections,
@@ -315,7 +322,8 @@ def _add_hardening_arguments(serve: argparse.ArgumentParser, d: ServerConfig) ->
         "--outbound-queue",
         type=_positive_int,
         default=d.outbound_queue_frames,
-        help="frames buffered per socket for a slow reader (default %(default)s)",
+        help="frames held per socket for a slow reader; text chunks of one request fold"
+        " into one (default %(default)s)",
     )
     limits.add_argument(
         "--slow-consumer-timeout",
@@ -400,6 +408,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         allowed_origins=tuple(args.allowed_origin),
         max_in_flight_per_socket=args.max_in_flight,
         max_connections=args.max_connections,
+        gc_threshold=args.gc_threshold,
         outbound_queue_frames=args.outbound_queue,
         slow_consumer_seconds=args.slow_consumer_timeout,
         idle_timeout_seconds=args.idle_timeout,
@@ -442,6 +451,7 @@ def engine_preflight(engine: str) -> str | None:
 
 def serve(config: ServerConfig) -> int:
     from realtime.app import build_app, engine_from_config
+    from realtime.gc_tuning import tune_gc
     from realtime.observability.logs import configure_logging
     from realtime.server import RealtimeServer, uvicorn_config
 
@@ -474,6 +484,7 @@ def serve(config: ServerConfig) -> int:
     server = RealtimeServer(
         uvicorn_config(config, app), app, config.shutdown_grace_seconds, on_listening=announce
     )
+    tune_gc(config.gc_threshold)
     server.run()
     return 0
 

@@ -42,7 +42,8 @@ class ServerConfig:
     request_queue_size: int = 64
     #: Requests generating at once per socket; more wait in the queue.
     max_concurrent_per_socket: int = 16
-    #: Serialized frames waiting for the socket per connection; when full, generation waits.
+    #: Frames held per connection while the socket is busy (text chunks of one request
+    #: fold into one); when full, generation waits.
     outbound_queue_frames: int = 256
     #: Largest accepted WebSocket message, in bytes (close 1009 above it).
     max_frame_bytes: int = 8 * 1024 * 1024
@@ -58,6 +59,9 @@ class ServerConfig:
     max_in_flight_per_socket: int = 128
     #: Open WebSockets per server; a handshake beyond it gets HTTP 503.
     max_connections: int = 1024
+    #: `realtime serve` only: the garbage collector's youngest-generation threshold
+    #: (`realtime.gc_tuning`); 0 keeps Python's default.
+    gc_threshold: int = 10_000
     #: Seconds without a frame either way and with no request in flight before the
     #: server closes with 1000 `idle timeout`. 0 = never.
     idle_timeout_seconds: float = 300.0

@@ -56,7 +56,8 @@ LIMITS: list[tuple[str, str, str, str]] = [
      "read and not yet answered per socket; one more gets an `error` frame"
      " `too_many_requests_in_flight`, the socket stays open"),
     ("--outbound-queue", "outbound_queue_frames", "frames",
-     "serialized frames waiting for a slow reader; when full, generation pauses"),
+     "frames held for a slow reader (text chunks of one request fold into one);"
+     " when full, generation pauses"),
     ("--slow-consumer-timeout", "slow_consumer_seconds", "seconds",
      "a frame waiting this long for the client to read closes the socket with 1008 (0 = never)"),
     ("--max-connections", "max_connections", "sockets",

@@ -26,7 +26,7 @@ def test_every_new_flag_reaches_the_config(tmp_path):
         "--max-in-flight", "3", "--max-connections", "7", "--outbound-queue", "9",
         "--slow-consumer-timeout", "2.5", "--idle-timeout", "0", "--max-session", "60",
         "--session-expiry-grace", "5", "--ws-ping-interval", "0", "--ws-ping-timeout", "4",
-        "--max-tokens-cap", "100", "--log-format", "json",
+        "--max-tokens-cap", "100", "--log-format", "json", "--gc-threshold", "0",
     )  # fmt: skip
     assert config.api_keys == ("sk-a", "sk-b", "sk-from-file", "sk-two")
     assert config.allowed_origins == ("https://a.example", "*")
@@ -36,6 +36,7 @@ def test_every_new_flag_reaches_the_config(tmp_path):
     assert config.max_session_seconds == 60 and config.session_expiry_grace_seconds == 5
     assert config.ws_ping_interval is None and config.ws_ping_timeout == 4
     assert config.max_tokens_cap == 100 and config.log_format == "json"
+    assert config.gc_threshold == 0
 
 
 def test_ping_settings_reach_uvicorn():
