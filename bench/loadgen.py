@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.client_loop import run as run_client
 from bench.procs import ROOT, raise_fd_limit
 from bench.wire import DONE_PREFIX, WsClient, is_terminal
 
@@ -173,7 +174,7 @@ async def _serve(job: dict[str, Any]) -> None:
 def main() -> int:
     raise_fd_limit()
     job = json.loads(sys.stdin.readline())
-    asyncio.run(_serve(job))
+    run_client(_serve(job))
     return 0
 
 

@@ -27,6 +27,7 @@ import queue
 import time
 from dataclasses import asdict, dataclass
 
+from bench.client_loop import run as run_client
 from bench.context import RunContext, rotated
 from bench.inproc import InProcessServer, Mark, ObservedEcho
 from bench.payloads import WS_PATH, cancel_frame, ws_request
@@ -127,7 +128,7 @@ def run(ctx: RunContext) -> ScenarioResult:
         for repeat in range(ctx.repeats):
             for action, delay in rotated(variants, repeat):
                 engine.delay = delay
-                samples = [asyncio.run(_sample(server, action, p)) for _ in range(p.samples)]
+                samples = [run_client(_sample(server, action, p)) for _ in range(p.samples)]
                 name = label(action, delay)
                 _record(result, name, samples)
                 ctx.log(

@@ -19,12 +19,12 @@ figures from inheriting memory of the previous run.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench.baseline import capture_frames, start_raw_with
+from bench.client_loop import run as run_client
 from bench.context import RunContext, rotated
 from bench.loadgen import Fleet
 from bench.machine_load import BACKGROUND, other_cores, snapshot
@@ -70,7 +70,7 @@ def run(ctx: RunContext) -> ScenarioResult:
     result = ScenarioResult(NAME, TITLE, SUMMARY, asdict(p))
     request = ws_request(p.tokens)
     with running(start_realtime(ctx.scratch)) as capture_server:
-        frames = asyncio.run(capture_frames(capture_server.port, [request]))
+        frames = run_client(capture_frames(capture_server.port, [request]))
     runs: list[dict[str, Any]] = []
     for repeat in range(ctx.repeats):
         for sockets in p.sockets:

@@ -18,6 +18,7 @@ import asyncio
 import time
 from dataclasses import asdict, dataclass
 
+from bench.client_loop import run as run_client
 from bench.context import RunContext, rotated
 from bench.machine_load import BACKGROUND, other_cores, snapshot
 from bench.payloads import WS_PATH, ws_request
@@ -145,7 +146,7 @@ def run(ctx: RunContext) -> ScenarioResult:
         for repeat in range(ctx.repeats):
             for variant in rotated(VARIANTS, repeat):
                 before = snapshot()
-                m = asyncio.run(_one(server.port, p, variant == HOG))
+                m = run_client(_one(server.port, p, variant == HOG))
                 result.metric(variant, BACKGROUND, "cores").runs.append(
                     other_cores(before, snapshot())
                 )

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
 from bench.baseline import capture_frames, start_raw_with
+from bench.client_loop import run as run_client
 from bench.context import RunContext, rotated
 from bench.machine_load import BACKGROUND, other_cores, snapshot
 from bench.payloads import RAW_PATH, SSE_PATH, WS_PATH, sse_request, ws_request
@@ -146,7 +147,7 @@ def run(ctx: RunContext) -> ScenarioResult:
     result = ScenarioResult(NAME, TITLE, SUMMARY, asdict(p))
     request, body = ws_request(p.tokens), sse_request(p.tokens)
     with running(start_realtime(ctx.scratch)) as ours:
-        frames = asyncio.run(capture_frames(ours.port, [request]))
+        frames = run_client(capture_frames(ours.port, [request]))
         result.detail["frames_per_answer"] = len(frames[request])
         result.detail["frame_bytes_median"] = sorted(len(f) for f in frames[request])[
             len(frames[request]) // 2
@@ -157,13 +158,13 @@ def run(ctx: RunContext) -> ScenarioResult:
             for repeat in range(ctx.repeats):
                 for variant in rotated(VARIANTS, repeat):
                     if variant == WS:
-                        measured = asyncio.run(ws_run(ours, WS_PATH, request, p))
+                        measured = run_client(ws_run(ours, WS_PATH, request, p))
                     elif variant == RAW:
-                        measured = asyncio.run(ws_run(raw, RAW_PATH, request, p))
+                        measured = run_client(ws_run(raw, RAW_PATH, request, p))
                     elif variant == RAW_STEPPED:
-                        measured = asyncio.run(ws_run(stepped, RAW_PATH, request, p))
+                        measured = run_client(ws_run(stepped, RAW_PATH, request, p))
                     else:
-                        measured = asyncio.run(sse_run(ours, body, p))
+                        measured = run_client(sse_run(ours, body, p))
                     _record(result, variant, measured)
                     ctx.log(
                         NAME,
