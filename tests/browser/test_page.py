@@ -41,7 +41,11 @@ STATS = re.compile(r"^ttft \d+ ms · [\d.]+ tok/s · \d+ tokens$")
 
 
 def send(page: Any, text: str) -> Any:
-    """Type a message and press Enter; the assistant's message element."""
+    """Type a message and press Enter; the assistant's message element.
+
+    Waits for the Send button first: the page ignores Enter until it is enabled
+    (socket open, a model listed), and the model list may still be loading."""
+    expect(page.locator("#send")).to_be_enabled()
     page.locator("#prompt").fill(text)
     page.locator("#prompt").press("Enter")
     return page.locator(".message.assistant").last
