@@ -52,14 +52,15 @@ class _Held:
 class Outbox:
     def __init__(
         self,
-        send_text: Callable[[str], Awaitable[None]],
+        send: Callable[[dict[str, Any]], Awaitable[None]],
         *,
         capacity: int,
         on_sent: Callable[[Kind], None],
         on_gone: Callable[[], None],
         clock: Callable[[], float],
     ):
-        self._send_text = send_text
+        #: An ASGI-style send (starlette's `WebSocket.send`): one layer less than `send_text`.
+        self._send = send
         self.capacity = capacity
         self._on_sent = on_sent
         self._on_gone = on_gone
@@ -75,7 +76,7 @@ class Outbox:
         self._idle: asyncio.Event | None = None
         #: When the send under way started (None: no send under way); for slow-consumer checks.
         self.send_started: float | None = None
-        #: When a frame last reached the socket.
+        #: When the last frame that reached the socket started its send.
         self.last_sent: float | None = None
         #: Chunks folded into an earlier chunk instead of being sent on their own.
         self.folded = 0
@@ -197,9 +198,9 @@ class Outbox:
 
     async def _transmit(self, frame: dict[str, Any], kind: Kind) -> None:
         self._busy = True
-        self.send_started = self._clock()
+        self.send_started = started = self._clock()
         try:
-            await self._send_text(orjson.dumps(frame).decode())
+            await self._send({"type": "websocket.send", "text": orjson.dumps(frame).decode()})
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -212,7 +213,7 @@ class Outbox:
             # Frames held meanwhile (or still held if this send was cancelled) go next.
             if self._backlog and not self._gone:
                 self._start_writer()
-        self.last_sent = self._clock()
+        self.last_sent = started
         self._on_sent(kind)
         if self._idle is not None and self.empty:
             self._idle.set()

@@ -185,7 +185,7 @@ class RealtimeSession:
         self._requests: asyncio.Queue[_Queued] = asyncio.Queue(config.request_queue_size)
         self._sent = {**self.metrics.sent, "ready": self.metrics.frames_out.labels("ready")}
         self._outbox = Outbox(
-            websocket.send_text,
+            websocket.send,
             capacity=config.outbound_queue_frames,
             on_sent=self._count_sent,
             on_gone=self._peer_gone,

@@ -25,18 +25,19 @@ class FakeSocket:
         self.gone = 0
         self.kinds: list[str] = []
 
-    async def send_text(self, text: str) -> None:
+    async def send(self, message: dict[str, Any]) -> None:
         await self.gate.wait()
         if self.fail:
             raise ConnectionResetError("peer gone")
-        self.sent.append(orjson.loads(text))
+        assert message["type"] == "websocket.send"
+        self.sent.append(orjson.loads(message["text"]))
 
     def outbox(self, capacity: int = 4) -> Outbox:
         def on_gone() -> None:
             self.gone += 1
 
         return Outbox(
-            self.send_text,
+            self.send,
             capacity=capacity,
             on_sent=self.kinds.append,
             on_gone=on_gone,
