@@ -5,16 +5,20 @@
 
 Most of the time a streamed chunk goes straight to the socket from the task that
 made it: a hand-off through a queue to a writer task would cost a task switch per
-token for nothing. Only while a send is under way (the client reads slower than
-frames are produced, or another request's frame is being written) do frames wait
-in the backlog, which one writer task drains in order. While they wait, a text
-chunk folds into the previous pending chunk of its request
-(`realtime.chat.coalesce`), so a reader that falls behind gets fewer, larger
-frames with the same text instead of a growing queue.
+token for nothing. Frames wait in the backlog, which one writer task drains in
+order, while a send is under way (another request's frame is being written) and
+while the socket is backed up (`writable()` is false: the server's write buffer
+is above its high-water mark because the client reads slower than frames are
+made). Then the request task keeps producing instead of waiting inside a send,
+and a text chunk folds into the previous held chunk of its request
+(`realtime.chat.coalesce`): a reader that falls behind gets fewer, larger frames
+with the same text.
 
-Backpressure: `put` waits while the backlog holds `capacity` frames, which stops
-the request task pulling tokens from the engine. `offer` never waits (for
-teardown, when waiting is wrong) and drops the frame if there is no room.
+Backpressure: `put` waits while the backlog holds `capacity` chunks - a folded
+chunk still counts as one, so folding never lets more text pile up than
+`capacity` separate frames would - which stops the request task pulling tokens
+from the engine. `offer` never waits (for teardown, when waiting is wrong) and
+drops the frame if there is no room.
 
 Frames are serialized (orjson) when they are sent, not when they are queued, so a
 held chunk can still be folded. A failed send means the peer is gone: `on_gone`
@@ -47,6 +51,8 @@ class _Held:
     kind: Kind
     #: Chunks fold only into a held chunk of the same request.
     request_id: str | None
+    #: Frames this one stands for (1 + the chunks folded into it).
+    units: int = 1
 
 
 class Outbox:
@@ -58,16 +64,22 @@ class Outbox:
         on_sent: Callable[[Kind], None],
         on_gone: Callable[[], None],
         clock: Callable[[], float],
+        writable: Callable[[], bool] | None = None,
     ):
+        """`writable`: whether the socket takes a frame now without waiting (None: the
+        server does not say, and frames are held only while another send is under way)."""
         #: An ASGI-style send (starlette's `WebSocket.send`): one layer less than `send_text`.
         self._send = send
         self.capacity = capacity
         self._on_sent = on_sent
         self._on_gone = on_gone
         self._clock = clock
+        self._writable = writable
         self._backlog: deque[_Held] = deque()
         #: The last held chunk per request: where that request's next chunk may fold.
         self._last_chunk: dict[str, _Held] = {}
+        #: Frames held, counting folded chunks: what `capacity` bounds.
+        self._units = 0
         self._busy = False  # a send is under way
         self._gone = False
         self._writer: asyncio.Task[None] | None = None
@@ -100,27 +112,25 @@ class Outbox:
         if self._gone:
             return
         if not self._busy and not self._backlog:
-            await self._transmit(frame, kind)
-            return
-        if self._fold(frame, kind, request_id):
-            return
-        while len(self._backlog) >= self.capacity and not self._gone:
+            writable = self._writable
+            if writable is None or writable():
+                await self._transmit(frame, kind)
+                return
+        folded = self._fold(frame, kind, request_id)
+        while self._units >= self.capacity and not self._gone:
             if self._room is None:
                 self._room = asyncio.Event()
             self._room.clear()
             await self._room.wait()
-        if not self._gone:
+        if not folded and not self._gone:
             self._append(frame, kind, request_id)
 
     def offer(self, frame: dict[str, Any], kind: Kind, request_id: str | None = None) -> bool:
         """Hold `frame` for the writer without ever waiting; False if dropped (no room)."""
-        if self._gone:
+        if self._gone or self._units >= self.capacity:
             return False
-        if self._fold(frame, kind, request_id):
-            return True
-        if len(self._backlog) >= self.capacity:
-            return False
-        self._append(frame, kind, request_id)
+        if not self._fold(frame, kind, request_id):
+            self._append(frame, kind, request_id)
         return True
 
     async def flush(self, timeout: float) -> bool:
@@ -144,6 +154,7 @@ class Outbox:
             self._writer.cancel()
         self._backlog.clear()
         self._last_chunk.clear()
+        self._units = 0
         self._release_waiters()
 
     # --- internals ---
@@ -155,6 +166,8 @@ class Outbox:
         last = self._last_chunk.get(request_id)
         if last is None or not fold_chunk(last.frame, frame):
             return False
+        last.units += 1
+        self._units += 1
         self.folded += 1
         return True
 
@@ -167,6 +180,7 @@ class Outbox:
                 # Nothing of this request may fold across its non-chunk frame.
                 self._last_chunk.pop(request_id, None)
         self._backlog.append(held)
+        self._units += 1
         if not self._busy:
             self._start_writer()
 
@@ -190,9 +204,10 @@ class Outbox:
                 await self._wake_writer.wait()
                 continue
             held = self._backlog.popleft()
+            self._units -= held.units
             if held.request_id is not None and self._last_chunk.get(held.request_id) is held:
                 del self._last_chunk[held.request_id]
-            if self._room is not None and len(self._backlog) < self.capacity:
+            if self._room is not None and self._units < self.capacity:
                 self._room.set()
             await self._transmit(held.frame, held.kind)
 
@@ -224,6 +239,7 @@ class Outbox:
         self._gone = True
         self._backlog.clear()
         self._last_chunk.clear()
+        self._units = 0
         self._release_waiters()
         self._on_gone()
 

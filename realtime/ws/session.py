@@ -102,6 +102,7 @@ from realtime.protocol.states import (
     SocketState,
 )
 from realtime.ws.outbox import Outbox
+from realtime.ws.transport import WRITABLE_EXTENSION
 
 log = logging.getLogger("realtime.ws")
 
@@ -184,12 +185,14 @@ class RealtimeSession:
         self.requests_answered = 0
         self._requests: asyncio.Queue[_Queued] = asyncio.Queue(config.request_queue_size)
         self._sent = {**self.metrics.sent, "ready": self.metrics.frames_out.labels("ready")}
+        writable = websocket.scope.get("extensions", {}).get(WRITABLE_EXTENSION)
         self._outbox = Outbox(
             websocket.send,
             capacity=config.outbound_queue_frames,
             on_sent=self._count_sent,
             on_gone=self._peer_gone,
             clock=asyncio.get_running_loop().time,
+            writable=writable.is_set if writable is not None else None,
         )
         self._slots = asyncio.Semaphore(config.max_concurrent_per_socket)
         self._known: set[str] = set()  # ids queued or running
@@ -224,6 +227,11 @@ class RealtimeSession:
     @property
     def outbound_frames(self) -> int:
         return len(self._outbox)
+
+    @property
+    def folded_chunks(self) -> int:
+        """Chunks folded into an earlier held chunk while the client read slowly."""
+        return self._outbox.folded
 
     # --- state tables ---
 

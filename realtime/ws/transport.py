@@ -18,6 +18,12 @@ keeps reading, discarding, until the client closes or the close timeout ends.
 It also marks a handshake refused with an HTTP response (the denial extension,
 used for 401/403/503) as finished, which uvicorn 0.54 forgets, logging
 "ASGI callable returned without completing handshake" for every refusal.
+
+And it tells the app whether the socket can take a frame without waiting: the
+scope's `extensions["realtime.writable"]` is uvicorn's own flag (an
+`asyncio.Event`, clear while the write buffer is above its high-water mark). The
+session's outbox reads it to hold frames, and fold text chunks, instead of
+blocking the request inside a send while the client is behind.
 """
 
 from __future__ import annotations
@@ -28,10 +34,21 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 
 if TYPE_CHECKING:
     from uvicorn._types import ASGISendEvent
+    from websockets.http11 import Request
+
+#: The scope extension that carries the socket's writability flag.
+WRITABLE_EXTENSION = "realtime.writable"
 
 
 class RealtimeWebSocketProtocol(WebSocketsSansIOProtocol):
     _failed = False
+
+    def handle_connect(self, event: Request) -> None:
+        super().handle_connect(event)
+        # The app's task was only created, not started: it sees the extension.
+        scope = getattr(self, "scope", None)
+        if scope is not None:
+            scope.setdefault("extensions", {})[WRITABLE_EXTENSION] = self.writable
 
     def handle_parser_exception(self) -> None:
         if self._failed:  # called again for every later read; once is enough

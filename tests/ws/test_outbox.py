@@ -32,7 +32,9 @@ class FakeSocket:
         assert message["type"] == "websocket.send"
         self.sent.append(orjson.loads(message["text"]))
 
-    def outbox(self, capacity: int = 4) -> Outbox:
+    def outbox(self, capacity: int = 4, *, knows_writable: bool = False) -> Outbox:
+        """`knows_writable`: the outbox may ask whether a send would wait (the gate)."""
+
         def on_gone() -> None:
             self.gone += 1
 
@@ -42,6 +44,7 @@ class FakeSocket:
             on_sent=self.kinds.append,
             on_gone=on_gone,
             clock=asyncio.get_running_loop().time,
+            writable=self.gate.is_set if knows_writable else None,
         )
 
 
@@ -68,20 +71,56 @@ async def test_a_free_socket_gets_the_frame_before_put_returns() -> None:
 
 async def test_chunks_held_behind_a_slow_send_fold_and_keep_their_text() -> None:
     sock = FakeSocket()
-    box = sock.outbox(capacity=4)
+    box = sock.outbox(capacity=16)
     chunks = _chunks(10)
     sock.gate.clear()
     first = asyncio.create_task(box.put(chunks[0], "chunk", "r1"))
     await asyncio.sleep(0)
     assert box.send_started is not None and not box.empty
     for chunk in chunks[1:]:
-        await box.put(chunk, "chunk", "r1")  # never waits: each folds into one held chunk
+        await box.put(chunk, "chunk", "r1")  # room for 16: no wait; each folds into one
     assert len(box) == 1 and box.folded == 8
     sock.gate.set()
     await first
     assert await box.flush(1.0)
     assert len(sock.sent) == 2
     assert _text(sock.sent) == "".join(f"t{i} " for i in range(10))
+
+
+async def test_folded_chunks_still_count_against_the_capacity() -> None:
+    sock = FakeSocket()
+    box = sock.outbox(capacity=3)
+    chunks = _chunks(6)
+    sock.gate.clear()
+    first = asyncio.create_task(box.put(chunks[0], "chunk", "r1"))
+    await asyncio.sleep(0)
+    await box.put(chunks[1], "chunk", "r1")
+    await box.put(chunks[2], "chunk", "r1")  # folded: one frame held, standing for two
+    third = asyncio.create_task(box.put(chunks[3], "chunk", "r1"))
+    await asyncio.sleep(0.01)
+    # Folded into the held chunk, but the producer waits: 3 chunks' worth are held.
+    assert len(box) == 1 and not third.done()
+    assert not box.offer(chunks[4], "chunk", "r1")
+    sock.gate.set()
+    await asyncio.wait_for(asyncio.gather(first, third), 1.0)
+    assert await box.flush(1.0)
+    assert _text(sock.sent) == "".join(f"t{i} " for i in range(4))
+
+
+async def test_a_backed_up_socket_holds_and_folds_the_producers_own_chunks() -> None:
+    sock = FakeSocket()
+    box = sock.outbox(capacity=8, knows_writable=True)
+    chunks = _chunks(6)
+    sock.gate.clear()  # the server's write buffer is above its high-water mark
+    for chunk in chunks[:5]:
+        await box.put(chunk, "chunk", "r1")  # never blocks inside a send: held, folded
+    assert sock.sent == [] and len(box) == 1 and box.folded == 4
+    sock.gate.set()
+    assert await box.flush(1.0)
+    assert len(sock.sent) == 1 and _text(sock.sent) == "".join(f"t{i} " for i in range(5))
+    # Writable again and nothing held: the next frame is sent before put returns.
+    await box.put(chunks[5], "chunk", "r1")
+    assert sock.sent[-1] == chunks[5]
 
 
 async def test_frames_of_other_requests_keep_their_order_and_fold_only_within_a_request() -> None:
