@@ -152,10 +152,7 @@ class Outbox:
         """Stop the writer; frames still held are dropped."""
         if self._writer is not None:
             self._writer.cancel()
-        self._backlog.clear()
-        self._last_chunk.clear()
-        self._units = 0
-        self._release_waiters()
+        self._drop_held()
 
     # --- internals ---
 
@@ -237,13 +234,14 @@ class Outbox:
         if self._gone:
             return
         self._gone = True
+        self._drop_held()
+        self._on_gone()
+
+    def _drop_held(self) -> None:
+        """Forget every held frame and wake whoever waits on the backlog."""
         self._backlog.clear()
         self._last_chunk.clear()
         self._units = 0
-        self._release_waiters()
-        self._on_gone()
-
-    def _release_waiters(self) -> None:
         for event in (self._room, self._idle, self._wake_writer):
             if event is not None:
                 event.set()
