@@ -55,6 +55,8 @@ def test_ping_settings_reach_uvicorn():
         ["--max-connections", "0"],
         ["--idle-timeout", "-1"],
         ["--max-tokens-cap", "-5"],
+        ["--gc-threshold", "-1"],
+        ["--gc-threshold", "many"],
         ["--log-format", "xml"],
     ],
 )
