@@ -36,7 +36,6 @@ from __future__ import annotations
 import logging
 import secrets
 import string
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -131,10 +130,6 @@ class ToolOutput:
         self._next_index = 0
         self.current: int | None = None
 
-    @property
-    def calls(self) -> int:
-        return self._next_index - (1 if self.current is not None and not self._incremental else 0)
-
     def take(self) -> list[ToolEvent]:
         events = merge_adjacent(list(self._events))
         self._events.clear()
@@ -203,8 +198,23 @@ class ToolOutput:
         self._ws = ""
 
 
-class ToolParser(ABC):
-    """Base of every tool-call parser; see the module docstring for the contract."""
+#: What a state's handler returns: the position it read up to, and the state to
+#: go on in, or None to stop there until more text arrives.
+Step = tuple[int, int | None]
+#: A state's handler: `(parser, buf, i, final) -> Step`. It reads what it can of
+#: `buf` from `i`; with `final` (nothing more will come) it must not stop in a state
+#: the parser lists in `open_states`.
+Handler = Callable[[Any, str, int, bool], Step]
+
+
+class ToolParser:
+    """Base of every tool-call parser; see the module docstring for the contract.
+
+    A format is a state machine kept as data, in the manner of h11: `states` maps
+    each state (a member of the format's `IntEnum`) to the method that handles it,
+    and `_consume` runs the table over the text. Handlers read as much as they can
+    be sure of and name the next state, so each one is small and is read alone.
+    """
 
     #: Registry name.
     name: ClassVar[str]
@@ -213,6 +223,15 @@ class ToolParser(ABC):
     markers: ClassVar[tuple[str, ...]] = ()
     #: Whether whitespace around calls is formatting (see the module docstring).
     _gate: ClassVar[bool] = True
+    #: The format's machine: state -> handler.
+    states: ClassVar[Mapping[int, Handler]]
+    #: The state the output starts in.
+    initial: ClassVar[int]
+    #: The state that reads text as content; a failed call resumes there.
+    content_state: ClassVar[int]
+    #: States inside a call (or what may be one): at the end of the output their
+    #: handler runs even with no text left, to resolve them.
+    open_states: ClassVar[frozenset[int]] = frozenset()
 
     def __init__(
         self,
@@ -230,34 +249,17 @@ class ToolParser(ABC):
         )
         self._buf = ""
         self._finished = False
+        self._state = self.initial
+        #: The raw text of the call being read, which becomes content if it fails.
+        self._raw: list[str] = []
         self._setup()
 
-    def _content_until(self, buf: str, i: int, marker: str, *, final: bool) -> tuple[int, int]:
-        """Emit the content from `i` up to `marker`: (the marker's index, -1) when found.
-
-        Otherwise (-1, end): everything before `end` went out as content, and a tail
-        that could be the start of `marker` is held back for the next piece (unless
-        the output is `final`, when nothing more can complete it).
-        """
-        j, _ = find_first(buf, i, (marker,))
-        if j == -1:
-            end = len(buf) - (0 if final else held_prefix(buf, i, (marker,)))
-            self._out.content(buf[i:end])
-            return -1, end
-        self._out.content(buf[i:j])
-        return j, -1
-
-    def _setup(self) -> None:  # noqa: B027 - optional hook, most formats override it
-        """Initial state of the format's own machine."""
+    def _setup(self) -> None:
+        """The format's own fields, besides the state."""
 
     @staticmethod
     def new_call_id() -> str:
         return openai_call_id()
-
-    @property
-    def calls_started(self) -> int:
-        """How many calls this parser has emitted (or, when holding, completed)."""
-        return self._out.calls
 
     def feed(self, text: str) -> list[ToolEvent]:
         """Take the next piece of output; return the events that are now certain."""
@@ -301,10 +303,40 @@ class ToolParser(ABC):
             return f"the model called {name!r}, which is not among the request's tools"
         return None
 
-    @abstractmethod
     def _consume(self, buf: str, *, final: bool) -> int:
-        """Process `buf` (everything not consumed so far); return how much was consumed.
+        """Run the state table over `buf` (everything not consumed so far); return
+        how much was consumed.
 
-        With `final=True` nothing more will come: every open state must be
-        resolved, and whatever is returned unconsumed is emitted as content.
+        With `final=True` nothing more will come: every open state is resolved,
+        and whatever is returned unconsumed is emitted as content.
         """
+        i, n = 0, len(buf)
+        states = self.states
+        while i < n or (final and self._state in self.open_states):
+            i, state = states[self._state](self, buf, i, final)
+            if state is None:
+                return i
+            self._state = state
+        return i
+
+    def _content_until(self, buf: str, i: int, marker: str, *, final: bool) -> tuple[int, int]:
+        """Emit the content from `i` up to `marker`: (the marker's index, -1) when found.
+
+        Otherwise (-1, end): everything before `end` went out as content, and a tail
+        that could be the start of `marker` is held back for the next piece (unless
+        the output is `final`, when nothing more can complete it).
+        """
+        j = buf.find(marker, i)
+        if j == -1:
+            end = len(buf) - (0 if final else held_prefix(buf, i, (marker,)))
+            self._out.content(buf[i:end])
+            return -1, end
+        self._out.content(buf[i:j])
+        return j, -1
+
+    def _fail(self, reason: str, *, quiet: bool = False) -> int:
+        """The call being read is malformed: its raw text becomes content, and the
+        text goes on being read as content (the returned state)."""
+        self._out.fail("".join(self._raw), reason, quiet=quiet)
+        self._raw = []
+        return self.content_state

@@ -16,27 +16,26 @@ from __future__ import annotations
 import re
 import secrets
 import string
+from enum import IntEnum
 
-from realtime.chat.tools.base import ToolParser, held_prefix, skip_ws
-from realtime.chat.tools.jsoncall import DONE, MORE, JsonCallReader
-from realtime.chat.tools.jsonscan import JsonScanner
+from realtime.chat.tools.base import Step, ToolParser, held_prefix, skip_ws
+from realtime.chat.tools.json_call_reader import DONE, MORE, JsonCallReader
 
 TOOL_CALLS, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
 _ALNUM = string.ascii_letters + string.digits
 _NAME_CHAR = re.compile(r"[A-Za-z0-9_.\-]")
 _MISTRAL_ID = re.compile(r"[A-Za-z0-9]{9}")
 
-(
-    _CONTENT,
-    _AFTER_MARKER,
-    _ARRAY_ITEM,
-    _ARRAY_CALL,
-    _ARRAY_NEXT,
-    _NAME,
-    _CALL_ID,
-    _ARGS_START,
-    _ARGS,
-) = range(9)
+
+class State(IntEnum):
+    CONTENT = 0  # text, up to `[TOOL_CALLS]`
+    AFTER_MARKER = 1  # `[` starts the array layout; anything else is a name
+    ARRAY_CALL = 2  # a call object in the array
+    ARRAY_NEXT = 3  # `,` and the next call object, or the array's end
+    NAME = 4  # the function's name, up to `[CALL_ID]`, `[ARGS]` or `{`
+    CALL_ID = 5  # the call's id, up to `[ARGS]` or `{`
+    ARGS_START = 6  # whitespace, then the arguments' `{`
+    ARGS = 7  # the arguments object
 
 
 def mistral_call_id() -> str:
@@ -46,143 +45,114 @@ def mistral_call_id() -> str:
 class MistralToolParser(ToolParser):
     name = "mistral"
     markers = (TOOL_CALLS, ARGS, CALL_ID)
+    initial = content_state = State.CONTENT
+    open_states = frozenset(State) - {State.CONTENT}
 
     @staticmethod
     def new_call_id() -> str:
         return mistral_call_id()
 
     def _setup(self) -> None:
-        self._state = _CONTENT
-        self._raw: list[str] = []
         self._call: JsonCallReader | None = None
         self._fn = ""
         self._id = ""
-        self._args: JsonScanner | None = None
 
-    def _consume(self, buf: str, *, final: bool) -> int:
-        i, n = 0, len(buf)
-        while i < n or (final and self._state != _CONTENT):
-            state = self._state
-            if state == _CONTENT:
-                j, end = self._content_until(buf, i, TOOL_CALLS, final=final)
-                if j == -1:
-                    return end
-                i = j + len(TOOL_CALLS)
-                self._raw = [TOOL_CALLS]
-                self._state = _AFTER_MARKER
-            elif state == _AFTER_MARKER:
-                j = i
-                while j < n and buf[j].isspace():
-                    j += 1
-                self._raw.append(buf[i:j])
-                i = j
-                if i == n:
-                    if final:
-                        self._fail("nothing follows [TOOL_CALLS]")
-                    return i
-                if buf[i] == "[":
-                    self._raw.append("[")
-                    i += 1
-                    self._state = _ARRAY_ITEM
-                else:
-                    self._fn, self._id = "", ""
-                    self._state = _NAME
-            elif state == _ARRAY_ITEM:
-                self._call = JsonCallReader(self._out, self.check_name, "".join(self._raw))
-                self._state = _ARRAY_CALL
-            elif state == _ARRAY_CALL:
-                assert self._call is not None
-                i, status = self._call.step(buf, i, final=final)
-                if status == MORE:
-                    return i
-                self._raw = []
-                self._state = _ARRAY_NEXT if status == DONE else _CONTENT
-            elif state == _ARRAY_NEXT:
-                j = skip_ws(buf, i)
-                if j == n and not final:
-                    return i
-                if j < n and buf[j] == ",":
-                    self._raw = [buf[i : j + 1]]
-                    i = j + 1
-                    self._state = _ARRAY_ITEM
-                else:
-                    if j < n and buf[j] == "]":
-                        i = j + 1
-                    self._state = _CONTENT  # at the end, a missing `]` is no loss
-            elif state in (_NAME, _CALL_ID):
-                i = self._read_head(buf, i, final=final)
-                if self._state in (_NAME, _CALL_ID):
-                    return i
-            elif state == _ARGS_START:
-                while i < n and buf[i].isspace():
-                    self._raw.append(buf[i])
-                    i += 1
-                if i == n:
-                    if final:
-                        self._fail("the output ended before the arguments")
-                    return i
-                if buf[i] != "{":
-                    self._fail("the arguments must be a JSON object")
-                    continue
-                problem = self.check_name(self._fn)
-                if problem:
-                    self._fail(problem)
-                    continue
-                call_id = self._id if _MISTRAL_ID.fullmatch(self._id) else None
-                self._out.start(self._fn, call_id)
-                self._args = JsonScanner()
-                self._state = _ARGS
-            else:  # _ARGS
-                assert self._args is not None
-                j = self._args.scan(buf, i)
-                self._raw.append(buf[i:j])
-                self._out.arguments(buf[i:j])
-                i = j
-                if self._args.error is not None:
-                    self._fail(self._args.error)
-                elif self._args.done:
-                    self._out.end()
-                    self._state = _CONTENT
-                elif final:
-                    self._fail("the output ended inside a tool call")
-                else:
-                    return i
-        return i
+    def _content(self, buf: str, i: int, final: bool) -> Step:
+        j, end = self._content_until(buf, i, TOOL_CALLS, final=final)
+        if j == -1:
+            return end, None
+        self._raw = [TOOL_CALLS]
+        return j + len(TOOL_CALLS), State.AFTER_MARKER
 
-    def _read_head(self, buf: str, i: int, *, final: bool) -> int:
+    def _after_marker(self, buf: str, i: int, final: bool) -> Step:
+        j = skip_ws(buf, i)
+        self._raw.append(buf[i:j])
+        if j == len(buf):
+            return j, self._fail("nothing follows [TOOL_CALLS]") if final else None
+        if buf[j] == "[":
+            self._raw.append("[")
+            return j + 1, self._begin_array_call()
+        self._fn, self._id = "", ""
+        return j, State.NAME
+
+    def _array_call(self, buf: str, i: int, final: bool) -> Step:
+        assert self._call is not None
+        i, status = self._call.step(buf, i, final=final)
+        if status == MORE:
+            return i, None
+        self._raw = []
+        return i, State.ARRAY_NEXT if status == DONE else State.CONTENT
+
+    def _array_next(self, buf: str, i: int, final: bool) -> Step:
+        j = skip_ws(buf, i)
+        if j == len(buf) and not final:
+            return i, None
+        if j < len(buf) and buf[j] == ",":
+            self._raw = [buf[i : j + 1]]
+            return j + 1, self._begin_array_call()
+        if j < len(buf) and buf[j] == "]":
+            return j + 1, State.CONTENT
+        return i, State.CONTENT  # at the end, a missing `]` is no loss
+
+    def _head(self, buf: str, i: int, final: bool) -> Step:
         """`NAME` then optional `[CALL_ID]ID`, up to `[ARGS]` or the arguments' `{`."""
         n = len(buf)
+        in_name = self._state == State.NAME
         while i < n:
             if buf.startswith(ARGS, i) or buf[i] == "{":
                 if buf[i] != "{":
                     self._raw.append(ARGS)
                     i += len(ARGS)
                 if not self._fn:
-                    self._fail("the call has no name")
-                else:
-                    self._state = _ARGS_START
-                return i
-            if buf.startswith(CALL_ID, i) and self._state == _NAME:
+                    return i, self._fail("the call has no name")
+                return i, State.ARGS_START
+            if in_name and buf.startswith(CALL_ID, i):
                 self._raw.append(CALL_ID)
-                i += len(CALL_ID)
-                self._state = _CALL_ID
-                continue
+                return i + len(CALL_ID), State.CALL_ID
             if buf[i] == "[" and not final and held_prefix(buf, i, (ARGS, CALL_ID)) == n - i:
-                return i  # maybe the start of a marker
+                return i, None  # maybe the start of a marker
             if not _NAME_CHAR.match(buf[i]):
-                self._fail(f"unexpected {buf[i]!r} in the call's name")
-                return i
+                return i, self._fail(f"unexpected {buf[i]!r} in the call's name")
             self._raw.append(buf[i])
-            if self._state == _NAME:
+            if in_name:
                 self._fn += buf[i]
             else:
                 self._id += buf[i]
             i += 1
         if final:
-            self._fail("the output ended inside a tool call")
-        return i
+            return i, self._fail("the output ended inside a tool call")
+        return i, None
 
-    def _fail(self, reason: str) -> None:
-        self._out.fail("".join(self._raw), reason)
+    def _args_start(self, buf: str, i: int, final: bool) -> Step:
+        j = skip_ws(buf, i)
+        self._raw.append(buf[i:j])
+        if j == len(buf):
+            return j, self._fail("the output ended before the arguments") if final else None
+        if buf[j] != "{":
+            return j, self._fail("the arguments must be a JSON object")
+        call_id = self._id if _MISTRAL_ID.fullmatch(self._id) else None
+        self._call = JsonCallReader(
+            self._out, self.check_name, "".join(self._raw), name=self._fn, call_id=call_id
+        )
         self._raw = []
-        self._state = _CONTENT
+        return j, State.ARGS
+
+    def _args(self, buf: str, i: int, final: bool) -> Step:
+        assert self._call is not None
+        i, status = self._call.step(buf, i, final=final)
+        return i, None if status == MORE else State.CONTENT
+
+    def _begin_array_call(self) -> State:
+        self._call = JsonCallReader(self._out, self.check_name, "".join(self._raw))
+        return State.ARRAY_CALL
+
+    states = {
+        State.CONTENT: _content,
+        State.AFTER_MARKER: _after_marker,
+        State.ARRAY_CALL: _array_call,
+        State.ARRAY_NEXT: _array_next,
+        State.NAME: _head,
+        State.CALL_ID: _head,
+        State.ARGS_START: _args_start,
+        State.ARGS: _args,
+    }

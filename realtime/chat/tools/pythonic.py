@@ -18,13 +18,14 @@ import ast
 import json
 import math
 import re
+from enum import IntEnum
 from typing import Any
 
-from realtime.chat.tools.base import ToolParser, skip_ws
+from realtime.chat.tools.base import Step, ToolParser, skip_ws
 
 PYTHON_START, PYTHON_END = "<|python_start|>", "<|python_end|>"
 _IDENT_START = re.compile(r"[A-Za-z_]")
-_IDENT = re.compile(r"[A-Za-z0-9_.]")
+_IDENT = re.compile(r"[A-Za-z0-9_.]*")
 _CONSTANT_NAMES: dict[str, Any] = {
     "True": True,
     "False": False,
@@ -34,16 +35,25 @@ _CONSTANT_NAMES: dict[str, Any] = {
     "null": None,
 }
 
-_START, _OPEN, _CONTENT, _LIST, _NAME, _ARGS, _AFTER_CALL, _END_LIST = range(8)
+
+class State(IntEnum):
+    START = 0  # whitespace, then `<|python_start|>`, `[` or content
+    OPEN = 1  # after `<|python_start|>`: the list's `[`
+    CONTENT = 2  # text, up to `<|python_start|>`
+    LIST = 3  # a call's name starts (after `[` or `,`)
+    NAME = 4  # the function's name, up to `(`
+    ARGS = 5  # the keyword arguments, up to `)`
+    AFTER_CALL = 6  # `,` and the next call, or the list's `]`
+    END_LIST = 7  # an optional `<|python_end|>`
 
 
 class PythonicToolParser(ToolParser):
     name = "pythonic"
     markers = (PYTHON_START, PYTHON_END)
+    initial, content_state = State.START, State.CONTENT
+    open_states = frozenset({State.OPEN, State.LIST, State.NAME, State.ARGS})
 
     def _setup(self) -> None:
-        self._state = _START
-        self._raw: list[str] = []
         self._fn = ""
         self._calls_in_list = 0
         # argument scanning
@@ -53,115 +63,65 @@ class PythonicToolParser(ToolParser):
         self._segment: list[str] = []
         self._keys: set[str] = set()
 
-    def _consume(self, buf: str, *, final: bool) -> int:
-        i, n = 0, len(buf)
-        while i < n or (final and self._state in (_OPEN, _LIST, _NAME, _ARGS)):
-            state = self._state
-            if state == _START:
-                j = skip_ws(buf, i)
-                if not final and PYTHON_START.startswith(buf[j:]):
-                    return i  # only whitespace, or maybe the marker
-                self._out.content(buf[i:j])
-                i = j
-                self._raw, self._calls_in_list = [], 0
-                if buf.startswith(PYTHON_START, i):
-                    self._raw.append(PYTHON_START)
-                    i += len(PYTHON_START)
-                    self._state = _OPEN
-                elif i < n and buf[i] == "[":
-                    self._raw.append("[")
-                    i += 1
-                    self._state = _LIST
-                else:
-                    self._state = _CONTENT
-            elif state == _OPEN:
-                j = skip_ws(buf, i)
-                self._raw.append(buf[i:j])
-                i = j
-                if i == n and not final:
-                    return i
-                if i < n and buf[i] == "[":
-                    self._raw.append("[")
-                    i += 1
-                    self._state = _LIST
-                else:
-                    self._fail("no call list after <|python_start|>", quiet=True)
-            elif state == _CONTENT:
-                j, end = self._content_until(buf, i, PYTHON_START, final=final)
-                if j == -1:
-                    return end
-                i = j
-                self._state = _START
-            elif state == _LIST:
-                j = skip_ws(buf, i)
-                self._raw.append(buf[i:j])
-                i = j
-                if i == n:
-                    if final:
-                        self._fail("the output ended inside the call list")
-                    return i
-                if not _IDENT_START.match(buf[i]):
-                    self._fail("not a call list", quiet=self._calls_in_list == 0)
-                    continue
-                self._fn = ""
-                self._state = _NAME
-            elif state == _NAME:
-                while i < n and _IDENT.match(buf[i]):
-                    self._fn += buf[i]
-                    self._raw.append(buf[i])
-                    i += 1
-                if i == n:
-                    if final:
-                        self._fail("the output ended inside the call list")
-                    return i
-                if buf[i] != "(":
-                    self._fail("not a call list", quiet=self._calls_in_list == 0)
-                    continue
-                self._raw.append("(")
-                i += 1
-                problem = self.check_name(self._fn)
-                if problem:
-                    self._fail(problem)
-                    continue
-                self._out.start(self._fn)
-                self._calls_in_list += 1
-                self._depth, self._quote, self._escape = 0, "", False
-                self._segment, self._keys = [], set()
-                self._state = _ARGS
-            elif state == _ARGS:
-                i = self._scan_args(buf, i, final=final)
-                if self._state == _ARGS:
-                    if final:
-                        self._fail("the output ended inside a tool call")
-                    return i
-            elif state == _AFTER_CALL:
-                j = skip_ws(buf, i)
-                if j == n and not final:
-                    return i
-                if j < n and buf[j] == ",":
-                    self._raw = [buf[i : j + 1]]
-                    i = j + 1
-                    self._state = _LIST
-                elif j < n and buf[j] == "]":
-                    i = j + 1
-                    self._state = _END_LIST
-                else:
-                    self._state = _CONTENT
-            else:  # _END_LIST: an optional <|python_end|>
-                j = skip_ws(buf, i)
-                if not final and PYTHON_END.startswith(buf[j:]):
-                    return i
-                i = j + len(PYTHON_END) if buf.startswith(PYTHON_END, j) else i
-                self._state = _CONTENT
-        return i
+    def _start(self, buf: str, i: int, final: bool) -> Step:
+        j = skip_ws(buf, i)
+        if not final and PYTHON_START.startswith(buf[j:]):
+            return i, None  # only whitespace, or maybe the marker
+        self._out.content(buf[i:j])
+        self._raw, self._calls_in_list = [], 0
+        if buf.startswith(PYTHON_START, j):
+            self._raw.append(PYTHON_START)
+            return j + len(PYTHON_START), State.OPEN
+        if j < len(buf) and buf[j] == "[":
+            self._raw.append("[")
+            return j + 1, State.LIST
+        return j, State.CONTENT
 
-    @staticmethod
-    def _skip_ws(buf: str, i: int) -> int:
-        while i < len(buf) and buf[i].isspace():
-            i += 1
-        return i
+    def _open(self, buf: str, i: int, final: bool) -> Step:
+        j = skip_ws(buf, i)
+        self._raw.append(buf[i:j])
+        if j == len(buf) and not final:
+            return j, None
+        if j < len(buf) and buf[j] == "[":
+            self._raw.append("[")
+            return j + 1, State.LIST
+        return j, self._fail("no call list after <|python_start|>", quiet=True)
 
-    def _scan_args(self, buf: str, i: int, *, final: bool) -> int:
+    def _content(self, buf: str, i: int, final: bool) -> Step:
+        j, end = self._content_until(buf, i, PYTHON_START, final=final)
+        if j == -1:
+            return end, None
+        return j, State.START
+
+    def _list(self, buf: str, i: int, final: bool) -> Step:
+        j = skip_ws(buf, i)
+        self._raw.append(buf[i:j])
+        if j == len(buf):
+            return j, self._fail("the output ended inside the call list") if final else None
+        if not _IDENT_START.match(buf[j]):
+            return j, self._fail("not a call list", quiet=self._calls_in_list == 0)
+        self._fn = ""
+        return j, State.NAME
+
+    def _name(self, buf: str, i: int, final: bool) -> Step:
+        j = _IDENT.match(buf, i).end()  # type: ignore[union-attr]
+        self._fn += buf[i:j]
+        self._raw.append(buf[i:j])
+        if j == len(buf):
+            return j, self._fail("the output ended inside the call list") if final else None
+        if buf[j] != "(":
+            return j, self._fail("not a call list", quiet=self._calls_in_list == 0)
+        self._raw.append("(")
+        problem = self.check_name(self._fn)
+        if problem:
+            return j + 1, self._fail(problem)
+        self._out.start(self._fn)
+        self._calls_in_list += 1
+        self._depth, self._quote, self._escape = 0, "", False
+        self._segment, self._keys = [], set()
+        return j + 1, State.ARGS
+
+    def _args(self, buf: str, i: int, final: bool) -> Step:
         """Split the call's arguments at top-level commas; emit each as it completes."""
         n = len(buf)
         start = i
@@ -196,50 +156,74 @@ class PythonicToolParser(ToolParser):
                 if self._depth == 0 and c == ")":
                     self._segment.append(buf[start:i])
                     self._raw.append(buf[start : i + 1])
-                    self._end_segment(closing=True)
-                    return i + 1
+                    return i + 1, self._end_argument(closing=True)
                 self._depth -= 1
             elif c == "," and self._depth == 0:
                 self._segment.append(buf[start:i])
                 self._raw.append(buf[start : i + 1])
-                if not self._end_segment(closing=False):
-                    return i + 1
+                state = self._end_argument(closing=False)
+                if state != State.ARGS:
+                    return i + 1, state
                 start = i + 1
             i += 1
         self._segment.append(buf[start:i])
         self._raw.append(buf[start:i])
-        return i
+        if final:
+            return i, self._fail("the output ended inside a tool call")
+        return i, None
 
-    def _end_segment(self, *, closing: bool) -> bool:
-        """One argument is complete; emit it. False if the call failed."""
+    def _end_argument(self, *, closing: bool) -> int:
+        """One argument is complete; emit it. Returns the state to go on in."""
         text = "".join(self._segment).strip()
         self._segment = []
         if text:
             try:
                 key, value = _keyword(text)
             except ValueError as exc:
-                self._fail(str(exc))
-                return False
+                return self._fail(str(exc))
             if key in self._keys:
-                self._fail(f"argument {key!r} given twice")
-                return False
+                return self._fail(f"argument {key!r} given twice")
             prefix = ", " if self._keys else "{"
             self._keys.add(key)
             self._out.arguments(prefix + json.dumps(key) + ": " + value)
         elif not closing:
-            self._fail("empty argument")
-            return False
-        if closing:
-            self._out.arguments("}" if self._keys else "{}")
-            self._out.end()
-            self._raw = []
-            self._state = _AFTER_CALL
-        return True
-
-    def _fail(self, reason: str, *, quiet: bool = False) -> None:
-        self._out.fail("".join(self._raw), reason, quiet=quiet)
+            return self._fail("empty argument")
+        if not closing:
+            return State.ARGS
+        self._out.arguments("}" if self._keys else "{}")
+        self._out.end()
         self._raw = []
-        self._state = _CONTENT
+        return State.AFTER_CALL
+
+    def _after_call(self, buf: str, i: int, final: bool) -> Step:
+        j = skip_ws(buf, i)
+        if j == len(buf) and not final:
+            return i, None
+        if j < len(buf) and buf[j] == ",":
+            self._raw = [buf[i : j + 1]]
+            return j + 1, State.LIST
+        if j < len(buf) and buf[j] == "]":
+            return j + 1, State.END_LIST
+        return i, State.CONTENT
+
+    def _end_list(self, buf: str, i: int, final: bool) -> Step:
+        j = skip_ws(buf, i)
+        if not final and PYTHON_END.startswith(buf[j:]):
+            return i, None
+        if buf.startswith(PYTHON_END, j):
+            return j + len(PYTHON_END), State.CONTENT
+        return i, State.CONTENT
+
+    states = {
+        State.START: _start,
+        State.OPEN: _open,
+        State.CONTENT: _content,
+        State.LIST: _list,
+        State.NAME: _name,
+        State.ARGS: _args,
+        State.AFTER_CALL: _after_call,
+        State.END_LIST: _end_list,
+    }
 
 
 def _keyword(text: str) -> tuple[str, str]:

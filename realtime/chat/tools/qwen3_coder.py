@@ -27,9 +27,10 @@ import ast
 import json
 import logging
 from collections.abc import Mapping
+from enum import IntEnum
 from typing import Any
 
-from realtime.chat.tools.base import ToolParser, find_first, held_prefix, skip_ws
+from realtime.chat.tools.base import Step, ToolParser, find_first, held_prefix, skip_ws
 
 TOOL_CALL, TOOL_CALL_END = "<tool_call>", "</tool_call>"
 FUNCTION, FUNCTION_END = "<function=", "</function>"
@@ -38,114 +39,119 @@ _VALUE_ENDS = (PARAMETER_END, PARAMETER, FUNCTION_END)
 
 logger = logging.getLogger("realtime.chat.tools")
 
-_CONTENT, _HEAD, _FN_NAME, _BODY, _P_NAME, _VALUE, _AFTER = range(7)
+
+class State(IntEnum):
+    CONTENT = 0  # text, up to `<tool_call>`
+    HEAD = 1  # whitespace, then `<function=`
+    FN_NAME = 2  # the function's name, up to `>`
+    BODY = 3  # whitespace, then `<parameter=` or `</function>`
+    P_NAME = 4  # a parameter's name, up to `>`
+    VALUE = 5  # a parameter's value, up to `</parameter>` (or the next tag)
+    AFTER = 6  # whitespace, then `</tool_call>` (else the text is content)
 
 
 class Qwen3CoderToolParser(ToolParser):
     name = "qwen3_coder"
     markers = (TOOL_CALL, TOOL_CALL_END)
+    initial = content_state = State.CONTENT
+    open_states = frozenset(State) - {State.CONTENT, State.AFTER}
 
     def _setup(self) -> None:
-        self._state = _CONTENT
-        self._raw: list[str] = []
         self._fn = ""
         self._param = ""
         self._value: list[str] = []
         self._keys: set[str] = set()
 
-    def _consume(self, buf: str, *, final: bool) -> int:
-        i, n = 0, len(buf)
-        while i < n or (final and self._state not in (_CONTENT, _AFTER)):
-            state = self._state
-            if state == _CONTENT:
-                j, end = self._content_until(buf, i, TOOL_CALL, final=final)
-                if j == -1:
-                    return end
-                i = j + len(TOOL_CALL)
-                self._raw = [TOOL_CALL]
-                self._state = _HEAD
-            elif state in (_HEAD, _BODY):
-                # Whitespace, then the expected tag(s).
-                j = i
-                while j < n and buf[j].isspace():
-                    j += 1
-                self._raw.append(buf[i:j])
-                i = j
-                expected = (FUNCTION,) if state == _HEAD else (PARAMETER, FUNCTION_END)
-                tag = next((t for t in expected if buf.startswith(t, i)), None)
-                if tag is None:
-                    if not final and held_prefix(buf, i, expected) == n - i:
-                        return i
-                    self._fail(f"expected {' or '.join(expected)}")
-                    continue
-                self._raw.append(tag)
-                i += len(tag)
-                if tag == FUNCTION_END:
-                    self._out.arguments("}" if self._keys else "{}")
-                    self._out.end()
-                    self._raw = []
-                    self._state = _AFTER
-                else:
-                    self._state = _FN_NAME if tag == FUNCTION else _P_NAME
-                    self._fn = "" if tag == FUNCTION else self._fn
-                    self._param = ""
-            elif state in (_FN_NAME, _P_NAME):
-                j = buf.find(">", i)
-                stop = _first_newline_or_tag(buf, i, n if j == -1 else j)
-                if stop != -1 or (j == -1 and final):
-                    stop = n if stop == -1 else stop
-                    self._raw.append(buf[i:stop])
-                    self._fail("a tag's name is not closed with '>'")
-                    i = stop
-                    continue
-                if j == -1:
-                    return i
-                name = buf[i:j].strip()
-                self._raw.append(buf[i : j + 1])
-                i = j + 1
-                if state == _FN_NAME:
-                    problem = self.check_name(name)
-                    if problem:
-                        self._fail(problem)
-                        continue
-                    self._fn = name
-                    self._keys = set()
-                    self._out.start(name)
-                    self._state = _BODY
-                else:
-                    if not name or name in self._keys:
-                        self._fail(f"parameter {name!r} is empty or repeated")
-                        continue
-                    self._param = name
-                    self._value = []
-                    self._state = _VALUE
-            elif state == _VALUE:
-                j, tag = find_first(buf, i, _VALUE_ENDS)
-                if j == -1:
-                    keep = 0 if final else held_prefix(buf, i, _VALUE_ENDS)
-                    self._value.append(buf[i : n - keep])
-                    self._raw.append(buf[i : n - keep])
-                    i = n - keep
-                    if final:
-                        self._fail("the output ended inside a parameter value")
-                        continue
-                    return i
-                self._value.append(buf[i:j])
-                self._raw.append(buf[i:j])
-                i = j
-                if tag == PARAMETER_END:
-                    self._raw.append(tag)
-                    i += len(tag)
-                self._emit_parameter()
-                self._state = _BODY
-            else:  # _AFTER: whitespace, then </tool_call> (else the text is content)
-                j = skip_ws(buf, i)
-                if buf.startswith(TOOL_CALL_END, j):
-                    i = j + len(TOOL_CALL_END)
-                elif not final and TOOL_CALL_END.startswith(buf[j:]):
-                    return i
-                self._state = _CONTENT
-        return i
+    def _content(self, buf: str, i: int, final: bool) -> Step:
+        j, end = self._content_until(buf, i, TOOL_CALL, final=final)
+        if j == -1:
+            return end, None
+        self._raw = [TOOL_CALL]
+        return j + len(TOOL_CALL), State.HEAD
+
+    def _tag(self, buf: str, i: int, final: bool) -> Step:
+        """Whitespace, then the tag(s) this state expects."""
+        j = skip_ws(buf, i)
+        self._raw.append(buf[i:j])
+        expected = (FUNCTION,) if self._state == State.HEAD else (PARAMETER, FUNCTION_END)
+        tag = next((t for t in expected if buf.startswith(t, j)), None)
+        if tag is None:
+            if not final and held_prefix(buf, j, expected) == len(buf) - j:
+                return j, None
+            return j, self._fail(f"expected {' or '.join(expected)}")
+        self._raw.append(tag)
+        j += len(tag)
+        if tag == FUNCTION_END:
+            self._out.arguments("}" if self._keys else "{}")
+            self._out.end()
+            self._raw = []
+            return j, State.AFTER
+        self._param = ""
+        if tag == FUNCTION:
+            self._fn = ""
+            return j, State.FN_NAME
+        return j, State.P_NAME
+
+    def _tag_name(self, buf: str, i: int, final: bool) -> Step:
+        """The name in `<function=NAME>` or `<parameter=NAME>`."""
+        j = buf.find(">", i)
+        stop = _first_newline_or_tag(buf, i, len(buf) if j == -1 else j)
+        if stop != -1 or (j == -1 and final):
+            stop = len(buf) if stop == -1 else stop
+            self._raw.append(buf[i:stop])
+            return stop, self._fail("a tag's name is not closed with '>'")
+        if j == -1:
+            return i, None
+        name = buf[i:j].strip()
+        self._raw.append(buf[i : j + 1])
+        if self._state == State.FN_NAME:
+            problem = self.check_name(name)
+            if problem:
+                return j + 1, self._fail(problem)
+            self._fn = name
+            self._keys = set()
+            self._out.start(name)
+            return j + 1, State.BODY
+        if not name or name in self._keys:
+            return j + 1, self._fail(f"parameter {name!r} is empty or repeated")
+        self._param = name
+        self._value = []
+        return j + 1, State.VALUE
+
+    def _value_text(self, buf: str, i: int, final: bool) -> Step:
+        j, tag = find_first(buf, i, _VALUE_ENDS)
+        if j == -1:
+            end = len(buf) - (0 if final else held_prefix(buf, i, _VALUE_ENDS))
+            self._value.append(buf[i:end])
+            self._raw.append(buf[i:end])
+            if final:
+                return end, self._fail("the output ended inside a parameter value")
+            return end, None
+        self._value.append(buf[i:j])
+        self._raw.append(buf[i:j])
+        if tag == PARAMETER_END:
+            self._raw.append(tag)
+            j += len(tag)
+        self._emit_parameter()
+        return j, State.BODY
+
+    def _after(self, buf: str, i: int, final: bool) -> Step:
+        j = skip_ws(buf, i)
+        if buf.startswith(TOOL_CALL_END, j):
+            return j + len(TOOL_CALL_END), State.CONTENT
+        if not final and TOOL_CALL_END.startswith(buf[j:]):
+            return i, None
+        return i, State.CONTENT
+
+    states = {
+        State.CONTENT: _content,
+        State.HEAD: _tag,
+        State.BODY: _tag,
+        State.FN_NAME: _tag_name,
+        State.P_NAME: _tag_name,
+        State.VALUE: _value_text,
+        State.AFTER: _after,
+    }
 
     def _emit_parameter(self) -> None:
         text = "".join(self._value)
@@ -167,11 +173,6 @@ class Qwen3CoderToolParser(ToolParser):
         properties = spec.parameters.get("properties") or {}
         schema = properties.get(param)
         return schema if isinstance(schema, Mapping) else {}
-
-    def _fail(self, reason: str) -> None:
-        self._out.fail("".join(self._raw), reason)
-        self._raw = []
-        self._state = _CONTENT
 
 
 def _first_newline_or_tag(buf: str, start: int, end: int) -> int:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from realtime.chat.tools.base import ToolParser, ToolSpec
 from realtime.chat.tools.deepseek_v3 import DeepSeekV3ToolParser
 from realtime.chat.tools.hermes import HermesToolParser
-from realtime.chat.tools.json_calls import JsonToolParser
+from realtime.chat.tools.json_only import JsonToolParser
 from realtime.chat.tools.llama3_json import Llama3JsonToolParser
 from realtime.chat.tools.mistral import MistralToolParser
 from realtime.chat.tools.passthrough import PassthroughToolParser

@@ -1,4 +1,4 @@
-"""An incremental JSON syntax checker.
+"""JsonValueScanner: an incremental syntax checker for one JSON value.
 
 Streaming a tool call's arguments means forwarding raw JSON text before the
 whole value has arrived. This scanner consumes text piece by piece and says,
@@ -25,7 +25,7 @@ _N_MINUS, _N_ZERO, _N_INT, _N_DOT, _N_FRAC, _N_E, _N_ESIGN, _N_EXP = range(8)
 _N_ACCEPT = frozenset({_N_ZERO, _N_INT, _N_FRAC, _N_EXP})
 
 
-class JsonScanner:
+class JsonValueScanner:
     """Validates one JSON value as its text arrives.
 
     `scan(text, pos)` consumes `text[pos:]` and returns the index after the last
@@ -48,11 +48,6 @@ class JsonScanner:
     @property
     def done(self) -> bool:
         return self._state == _DONE
-
-    @property
-    def started(self) -> bool:
-        """Whether the value's first character has been seen."""
-        return self._state != _VALUE or bool(self._stack)
 
     def close(self) -> bool:
         """End of input: a top-level number may end here. Returns `done`."""

@@ -1,4 +1,4 @@
-"""JsonScanner agrees with json.loads on where a value ends and on validity, at any split."""
+"""JsonValueScanner agrees with json.loads on where a value ends and on validity, at any split."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from realtime.chat.tools.jsonscan import JsonScanner
+from realtime.chat.tools.json_value_scanner import JsonValueScanner
 from tests.chat.tools.harness import splits
 
 VALID = [
@@ -40,7 +40,7 @@ INVALID = [
 
 
 def scan(pieces: list[str]) -> tuple[bool, str | None, int]:
-    scanner = JsonScanner()
+    scanner = JsonValueScanner()
     consumed = 0
     for piece in pieces:
         end = scanner.scan(piece)
@@ -80,24 +80,24 @@ def test_invalid(text: str) -> None:
 
 
 def test_stops_right_after_the_value() -> None:
-    scanner = JsonScanner()
+    scanner = JsonValueScanner()
     assert scanner.scan('{"a": [1]} trailing') == len('{"a": [1]}')
     assert scanner.done
 
 
 def test_stops_before_the_offending_character() -> None:
-    scanner = JsonScanner()
+    scanner = JsonValueScanner()
     text = '{"a": 1,]'
     assert scanner.scan(text) == text.index("]")
     assert scanner.error is not None
 
 
 def test_top_level_number_ends_at_a_delimiter_or_close() -> None:
-    scanner = JsonScanner()
+    scanner = JsonValueScanner()
     assert scanner.scan("42") == 2
     assert not scanner.done
     assert scanner.scan(" ") == 0
     assert scanner.done
-    other = JsonScanner()
+    other = JsonValueScanner()
     other.scan("42")
     assert other.close()
