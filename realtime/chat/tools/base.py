@@ -131,9 +131,10 @@ class ToolOutput:
         self.current: int | None = None
 
     def take(self) -> list[ToolEvent]:
-        events = merge_adjacent(list(self._events))
-        self._events.clear()
-        return events  # type: ignore[return-value]
+        events, self._events = self._events, []
+        if len(events) < 2:
+            return events  # nothing to merge, and no event recorded here is empty
+        return merge_adjacent(events)  # type: ignore[arg-type, return-value]
 
     def content(self, text: str) -> None:
         if not text:
