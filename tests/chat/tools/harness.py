@@ -140,3 +140,26 @@ def check_malformed(
     # as content, after any valid argument prefix the stream had already sent.
     visible = "".join(reference.content.split())
     assert "".join(complete.content.split()) == visible
+
+
+def state_trace(
+    name: str, pieces: Sequence[str], tools: Sequence[ToolSpec] | None = None
+) -> list[str]:
+    """The states a parser went through, in order, ending with the one it rests in
+    (repeats of one state collapsed)."""
+    parser = tool_parser_class(name)(tools)
+    trace: list[str] = []
+
+    def recording(handler: Any) -> Any:
+        def run_state(p: ToolParser, buf: str, i: int, final: bool) -> Any:
+            state = type(p.initial)(p._state).name
+            if not trace or trace[-1] != state:
+                trace.append(state)
+            return handler(p, buf, i, final)
+
+        return run_state
+
+    parser.states = {s: recording(h) for s, h in type(parser).states.items()}  # type: ignore[misc]
+    run(parser, pieces)
+    rest = type(parser.initial)(parser._state).name
+    return trace if trace and trace[-1] == rest else [*trace, rest]

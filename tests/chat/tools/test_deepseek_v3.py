@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from realtime.chat.tools.deepseek_v3 import CALL_BEGIN, CALL_END, CALLS_BEGIN, CALLS_END, SEP
-from tests.chat.tools.harness import Calls, check_case, check_malformed, specs
+from tests.chat.tools.harness import Calls, check_case, check_malformed, specs, state_trace
 
 TOOLS = specs("get_weather", "get_time")
 
@@ -87,3 +87,37 @@ def test_malformed(text: str, caplog: pytest.LogCaptureFixture) -> None:
 
 def test_empty_section(caplog: pytest.LogCaptureFixture) -> None:
     check_malformed("deepseek_v3", CALLS_BEGIN + CALLS_END, caplog, TOOLS)
+
+
+def test_deepseek_v3_state_path() -> None:
+    text = (
+        CALLS_BEGIN
+        + CALL_BEGIN
+        + "function"
+        + SEP
+        + 'f\n```json\n{"a": 1}\n```'
+        + CALL_END
+        + CALL_BEGIN
+        + "g"
+        + SEP
+        + "{}"
+        + CALL_END
+        + CALLS_END
+        + " ok"
+    )
+    assert state_trace("deepseek_v3", [text]) == [
+        "CONTENT",
+        "SECTION",
+        "HEAD",
+        "AFTER_SEP",
+        "NAME",  # the R1 layout: type, separator, then the name on its own line
+        "FENCE",
+        "ARGS_START",
+        "ARGS",
+        "TAIL",
+        "HEAD",
+        "AFTER_SEP",
+        "ARGS",  # V3.1: the head was the name and `{` follows the separator
+        "TAIL",
+        "CONTENT",
+    ]

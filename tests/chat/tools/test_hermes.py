@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chat.tools.harness import Calls, check_case, check_malformed, specs
+from tests.chat.tools.harness import Calls, check_case, check_malformed, specs, state_trace
 
 WEATHER = specs("get_weather", "get_time")
 
@@ -157,3 +157,11 @@ def test_one_bad_call_keeps_the_good_one(caplog: pytest.LogCaptureFixture) -> No
     ]
     assert result.content == bad
     assert "unexpected '}'" in caplog.text
+
+
+def test_hermes_state_path() -> None:
+    text = 'Hi <tool_call>{"name": "get_time", "arguments": {}}</tool_call> bye'
+    assert state_trace("hermes", [text], WEATHER) == ["CONTENT", "CALL", "AFTER", "CONTENT"]
+    # A call that breaks goes back to content, not to AFTER.
+    broken = '<tool_call>{"name": 1}</tool_call>'
+    assert state_trace("hermes", [broken], WEATHER) == ["CONTENT", "CALL", "CONTENT"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chat.tools.harness import Calls, check_case, check_malformed, specs
+from tests.chat.tools.harness import Calls, check_case, check_malformed, specs, state_trace
 
 TOOLS = specs("get_weather", "search")
 
@@ -80,3 +80,16 @@ def test_bad_second_call_after_semicolon(caplog: pytest.LogCaptureFixture) -> No
         content="; not a call",
         calls=[("search", {"query": "a"})],
     )
+
+
+def test_llama3_json_state_path() -> None:
+    text = '{"name": "f", "parameters": {}}; {"name": "f", "parameters": {}} ok'
+    assert state_trace("llama3_json", [text]) == [
+        "START",
+        "CALL",
+        "BETWEEN",
+        "CALL",
+        "BETWEEN",
+        "CONTENT",
+    ]
+    assert state_trace("llama3_json", ["plain"]) == ["START", "CONTENT"]

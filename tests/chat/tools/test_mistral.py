@@ -7,7 +7,7 @@ import re
 import pytest
 
 from realtime.chat.tools.mistral import MistralToolParser
-from tests.chat.tools.harness import Calls, check_case, check_malformed, specs
+from tests.chat.tools.harness import Calls, check_case, check_malformed, specs, state_trace
 
 TOOLS = specs("get_current_weather", "get_time")
 
@@ -85,3 +85,24 @@ MALFORMED = [
 @pytest.mark.parametrize("text", [m[1] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
 def test_malformed(text: str, caplog: pytest.LogCaptureFixture) -> None:
     check_malformed("mistral", text, caplog, TOOLS)
+
+
+def test_mistral_state_paths() -> None:
+    array = '[TOOL_CALLS][{"name": "get_time", "arguments": {}}]'
+    assert state_trace("mistral", [array], TOOLS) == [
+        "CONTENT",
+        "AFTER_MARKER",
+        "ARRAY_CALL",
+        "ARRAY_NEXT",
+        "CONTENT",
+    ]
+    v11 = '[TOOL_CALLS]get_time[CALL_ID]abcdefghi[ARGS] {"tz": "UTC"}'
+    assert state_trace("mistral", [v11], TOOLS) == [
+        "CONTENT",
+        "AFTER_MARKER",
+        "NAME",
+        "CALL_ID",
+        "ARGS_START",
+        "ARGS",
+        "CONTENT",
+    ]

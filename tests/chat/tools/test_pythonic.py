@@ -7,7 +7,7 @@ import json
 import pytest
 
 from realtime.chat.tools.pythonic import PythonicToolParser
-from tests.chat.tools.harness import Calls, check_case, check_malformed, specs
+from tests.chat.tools.harness import Calls, check_case, check_malformed, specs, state_trace
 
 TOOLS = specs("get_weather", "get_time", "search")
 
@@ -97,3 +97,22 @@ MALFORMED = [
 @pytest.mark.parametrize("text", [m[1] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
 def test_malformed(text: str, caplog: pytest.LogCaptureFixture) -> None:
     check_malformed("pythonic", text, caplog, TOOLS)
+
+
+def test_pythonic_state_path() -> None:
+    text = "<|python_start|>[f(a=1), g()]<|python_end|> ok"
+    assert state_trace("pythonic", [text]) == [
+        "START",
+        "OPEN",
+        "LIST",
+        "NAME",
+        "ARGS",
+        "AFTER_CALL",
+        "LIST",
+        "NAME",
+        "ARGS",
+        "AFTER_CALL",
+        "END_LIST",
+        "CONTENT",
+    ]
+    assert state_trace("pythonic", ["[1, 2]"]) == ["START", "LIST", "CONTENT"]

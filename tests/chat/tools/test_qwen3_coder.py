@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from realtime.chat.tools.qwen3_coder import typed_value
-from tests.chat.tools.harness import Calls, check_case, check_malformed, specs
+from tests.chat.tools.harness import Calls, check_case, check_malformed, specs, state_trace
 
 SCHEMA = {
     "type": "object",
@@ -137,3 +137,18 @@ MALFORMED = [
 @pytest.mark.parametrize("text", [m[1] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
 def test_malformed(text: str, caplog: pytest.LogCaptureFixture) -> None:
     check_malformed("qwen3_coder", text, caplog, TOOLS)
+
+
+def test_qwen3_coder_state_path() -> None:
+    text = "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call> ok"
+    assert state_trace("qwen3_coder", [text]) == [
+        "CONTENT",
+        "HEAD",
+        "FN_NAME",
+        "BODY",
+        "P_NAME",
+        "VALUE",
+        "BODY",
+        "AFTER",
+        "CONTENT",
+    ]

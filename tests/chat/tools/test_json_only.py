@@ -1,11 +1,10 @@
-"""json (the whole output is a call or an array of calls) and passthrough (no parsing)."""
+"""json: the whole output is a call object or an array of them."""
 
 from __future__ import annotations
 
 import pytest
 
-from realtime.chat.tools.passthrough import PassthroughToolParser
-from tests.chat.tools.harness import Calls, check_case, check_malformed, specs, splits
+from tests.chat.tools.harness import Calls, check_case, check_malformed, specs, state_trace
 
 TOOLS = specs("lookup", "add")
 
@@ -48,13 +47,13 @@ def test_json_malformed(text: str, caplog: pytest.LogCaptureFixture) -> None:
     check_malformed("json", text, caplog, TOOLS)
 
 
-@pytest.mark.parametrize(
-    "text", ['  <tool_call>{"name": "lookup", "arguments": {}}</tool_call>\n\n', "", " \n "]
-)
-def test_passthrough_keeps_every_character(text: str) -> None:
-    from tests.chat.tools.harness import run
-
-    for pieces in splits(text):
-        _, parsed = run(PassthroughToolParser(TOOLS), pieces)
-        assert parsed.content == text
-        assert not parsed.tool_calls
+def test_json_state_path() -> None:
+    text = ' [{"name": "add", "arguments": {}}, {"name": "lookup"}] done'
+    assert state_trace("json", [text], TOOLS) == [
+        "START",
+        "CALL",
+        "ARRAY_NEXT",
+        "CALL",
+        "ARRAY_NEXT",
+        "CONTENT",
+    ]
