@@ -322,6 +322,13 @@ def _add_hardening_arguments(serve: argparse.ArgumentParser, d: ServerConfig) ->
         f" {MAX_JSON_DEPTH_CEILING})",
     )
     limits.add_argument(
+        "--max-json-values",
+        type=_positive_int,
+        default=d.max_json_values,
+        help="JSON values (array items, object members) in a request body or frame; more"
+        " is refused with 400 / an error frame too_many_json_values (default %(default)s)",
+    )
+    limits.add_argument(
         "--max-stop-strings",
         type=_positive_int,
         default=d.max_stop_strings,
@@ -436,6 +443,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         allowed_origins=tuple(args.allowed_origin),
         max_in_flight_per_socket=args.max_in_flight,
         max_json_depth=args.max_json_depth,
+        max_json_values=args.max_json_values,
         max_stop_strings=args.max_stop_strings,
         max_stop_chars=args.max_stop_chars,
         max_connections=args.max_connections,

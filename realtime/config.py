@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from realtime.protocol.input_limits import DEFAULT_MAX_STOP_CHARS, DEFAULT_MAX_STOP_STRINGS
-from realtime.protocol.json_input import DEFAULT_MAX_JSON_DEPTH
+from realtime.protocol.json_input import DEFAULT_MAX_JSON_DEPTH, DEFAULT_MAX_JSON_VALUES
 
 
 @dataclass
@@ -81,6 +81,8 @@ class ServerConfig:
     max_tokens_cap: int | None = None
     #: Levels of nested arrays and objects in a request body or frame (400 beyond).
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    #: JSON values (array items, object members) in a request body or frame (400 beyond).
+    max_json_values: int = DEFAULT_MAX_JSON_VALUES
     #: Stop strings per request, and characters per stop string (400 beyond).
     max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS
     max_stop_chars: int = DEFAULT_MAX_STOP_CHARS

@@ -76,6 +76,10 @@ LIMITS: list[tuple[str, str, str, str]] = [
      "nested arrays and objects in a request body or frame, the body being level 1 (at most"
      " 256); deeper is 400 / `error` frame `json_too_deep` naming the field, the socket stays"
      " open"),
+    ("--max-json-values", "max_json_values", "values",
+     "array items and object members in a request body or frame, the body counting one;"
+     " more is 400 / `error` frame `too_many_json_values` naming the top-level field holding"
+     " most, the socket stays open"),
     ("--max-stop-strings", "max_stop_strings", "strings",
      "stop strings per request; more is 400 / `error` frame, `param` `stop`"),
     ("--max-stop-chars", "max_stop_chars", "characters",

@@ -27,6 +27,7 @@ def input_limits(config: ServerConfig) -> InputLimits:
     The depth is held to its ceiling, which the CLI enforces, for embedders too."""
     return InputLimits(
         max_json_depth=min(config.max_json_depth, MAX_JSON_DEPTH_CEILING),
+        max_json_values=config.max_json_values,
         max_stop_strings=config.max_stop_strings,
         max_stop_chars=config.max_stop_chars,
     )

@@ -17,7 +17,7 @@ from realtime.chat.tools.events import ParsedOutput
 from realtime.protocol.json_input import (
     DEFAULT_MAX_JSON_DEPTH,
     JsonTooDeepError,
-    check_depth,
+    check_shape,
     parse_json,
 )
 
@@ -75,7 +75,7 @@ def _decoded_arguments(arguments: str) -> Any:
     """The decoded arguments, or None to keep the string (not JSON, or too deep)."""
     try:
         value = parse_json(arguments, DEFAULT_MAX_JSON_DEPTH)
-        check_depth(value, DEFAULT_MAX_JSON_DEPTH)
+        check_shape(value, DEFAULT_MAX_JSON_DEPTH)
     except (orjson.JSONDecodeError, JsonTooDeepError):
         return None
     return value

@@ -48,8 +48,9 @@ TRANSPORT = "http"
 
 async def read_json_body(request: Request) -> Any:
     body = await request.body()
+    limits = input_limits(request.app.state.config)
     try:
-        return load_json(body, request.app.state.config.max_json_depth)
+        return load_json(body, limits.max_json_depth, limits.max_json_values)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from None
 

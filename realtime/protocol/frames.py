@@ -26,7 +26,8 @@ Server -> client (text frames):
 Decoding is pure: it raises `MalformedFrameError` (the socket closes with 1007)
 for text that is not JSON, and `FrameRejected` (an error frame, the socket stays)
 for JSON that is not a valid frame, including JSON nested deeper than
-`--max-json-depth` (`json_too_deep`, with the frame's `request_id` when it has one).
+`--max-json-depth` (`json_too_deep`) or with more than `--max-json-values` values
+(`too_many_json_values`), with the frame's `request_id` when it has one.
 """
 
 from __future__ import annotations
@@ -38,7 +39,12 @@ import orjson
 
 from realtime.protocol.errors import InvalidRequestError, MalformedFrameError, RealtimeError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
-from realtime.protocol.json_input import JsonTooDeepError, check_depth, parse_json
+from realtime.protocol.json_input import (
+    JsonTooDeepError,
+    TooManyJsonValuesError,
+    check_shape,
+    parse_json,
+)
 from realtime.protocol.request import ChatCompletionRequest, parse_chat_request
 
 MAX_REQUEST_ID_CHARS = 128
@@ -154,8 +160,8 @@ def decode_client_frame(
 
     frame_type = data.get("type", REQUEST_TYPE)
     try:
-        check_depth(data, limits.max_json_depth)
-    except JsonTooDeepError as exc:
+        check_shape(data, limits.max_json_depth, limits.max_json_values)
+    except (JsonTooDeepError, TooManyJsonValuesError) as exc:
         if frame_type == SETUP_TYPE:
             raise _setup_rejected(exc) from None
         raise FrameRejected(exc, request_id, is_request=frame_type == REQUEST_TYPE) from None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from realtime.protocol.errors import InvalidRequestError
-from realtime.protocol.json_input import DEFAULT_MAX_JSON_DEPTH
+from realtime.protocol.json_input import DEFAULT_MAX_JSON_DEPTH, DEFAULT_MAX_JSON_VALUES
 
 #: Stop strings per request. OpenAI allows 4 and vLLM any number; agent and code
 #: clients send a dozen or two. Matching costs the same per token whatever the count.
@@ -23,6 +23,7 @@ DEFAULT_MAX_STOP_CHARS = 256
 @dataclass(frozen=True, slots=True)
 class InputLimits:
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    max_json_values: int = DEFAULT_MAX_JSON_VALUES
     max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS
     max_stop_chars: int = DEFAULT_MAX_STOP_CHARS
 

@@ -226,6 +226,37 @@ def test_a_deep_tool_call_in_the_model_output_is_no_internal_error(server: Serve
         assert response.status_code == 200, response.text
 
 
+# --- wide JSON ---------------------------------------------------------------------
+
+ZEROS = ",".join(["0"] * 200_000)
+WIDE = '"messages": [{"role": "user", "content": "hi", "zeros": [' + ZEROS + "]}]"
+
+
+def test_http_too_many_json_values_is_a_400_naming_the_field(server: ServerProcess) -> None:
+    body = '{"model": "echo", ' + WIDE + "}"
+    message = assert_error(post(server, "/v1/chat/completions", body), "too_many_json_values",
+                           "messages")  # fmt: skip
+    assert "more than 131072 JSON values" in message and "--max-json-values" in message
+    prompt = '{"model": "echo", "prompt": [' + ",".join(["1"] * 200_000) + "]}"
+    assert_error(post(server, "/v1/completions", prompt), "too_many_json_values", "prompt")
+
+
+def test_socket_too_many_json_values_is_an_error_frame_and_the_socket_carries_on(
+    server: ServerProcess, neighbour: Neighbour
+) -> None:
+    with connect(server.ws_url, max_size=None) as ws:
+        ws.send('{"request_id": "wide", "model": "echo", ' + WIDE + "}")
+        _, terminal = answer(ws, "wide")
+        assert terminal["type"] == "error"
+        assert (terminal["error"]["code"], terminal["error"]["param"]) == (
+            "too_many_json_values",
+            "messages",
+        )
+        ws.send(chat_frame("narrow again", "narrow"))
+        text, done = answer(ws, "narrow")
+        assert done["status"] == "completed" and text == "narrow again"
+
+
 # --- strict types -------------------------------------------------------------------
 
 WRONG_TYPES = [

@@ -10,8 +10,10 @@ import pytest
 
 from realtime.protocol.json_input import (
     DEFAULT_MAX_JSON_DEPTH,
+    DEFAULT_MAX_JSON_VALUES,
     JsonTooDeepError,
-    check_depth,
+    TooManyJsonValuesError,
+    check_shape,
     load_json,
     parse_json,
 )
@@ -61,9 +63,9 @@ def test_a_deep_branch_is_found_among_wide_shallow_ones() -> None:
 
 def test_wide_documents_within_the_limit_pass() -> None:
     wide = orjson.dumps({"a": [{"b": i, "c": [i, {"d": i}]} for i in range(20_000)]})
-    check_depth(orjson.loads(wide), 5)
+    check_shape(orjson.loads(wide), 5)
     with pytest.raises(JsonTooDeepError):
-        check_depth(orjson.loads(wide), 4)
+        check_shape(orjson.loads(wide), 4)
 
 
 def test_deeper_than_the_decoder_goes_is_the_same_error_without_a_param() -> None:
@@ -95,3 +97,35 @@ def test_parsing_leaves_the_garbage_collector_as_it_found_it() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+# --- the value count ---
+
+
+def test_values_up_to_the_limit_pass_and_one_more_is_refused() -> None:
+    # The body counts one, `a` one, and each of its items one.
+    check_shape(orjson.loads('{"a": [1, 2, 3]}'), 64, 5)
+    with pytest.raises(TooManyJsonValuesError) as info:
+        check_shape(orjson.loads('{"a": [1, 2, 3, 4]}'), 64, 5)
+    error = info.value
+    assert (error.param, error.code, error.status) == ("a", "too_many_json_values", 400)
+    assert error.message == (
+        "a: more than 5 JSON values in one request (this server's --max-json-values)"
+    )
+
+
+def test_the_field_named_is_the_one_holding_most() -> None:
+    body = {"model": "m", "messages": [{"x": [0] * 10}], "stop": ["a"] * 30, "n": 1}
+    with pytest.raises(TooManyJsonValuesError) as info:
+        check_shape(body, 64, 40)
+    assert info.value.param == "stop"
+    with pytest.raises(TooManyJsonValuesError) as info:
+        check_shape([0] * 50, 64, 40)
+    assert info.value.param is None
+
+
+def test_a_huge_flat_array_is_refused_without_walking_it() -> None:
+    body = orjson.loads(b'{"messages": [{"zeros": [' + b"0," * 999_999 + b"0]}]}")
+    with pytest.raises(TooManyJsonValuesError) as info:
+        load_json(orjson.dumps(body), 64, DEFAULT_MAX_JSON_VALUES)
+    assert info.value.param == "messages"
