@@ -7,7 +7,10 @@ then while a hostile client repeats one of:
 
 * `stop list`: a socket request with the most stop strings the server accepts
   (`--max-stop-strings` x `--max-stop-chars`: 64 x 256 characters, none matching)
-  and a long zero-delay answer, so every streamed token goes through the matcher;
+  and a long answer, so every streamed token goes through the matcher. The echo
+  engine streams it at 500 tokens/s (`--echo-delay 0.002`, faster than a real
+  model); `stream, no stops` is the same request without stops, so the two
+  together tell the matcher's cost from the stream's;
 * `large body`: an HTTP chat body near the frame limit (8 MiB; 1 MiB in quick
   mode), a long string in one field, refused after it is read and decoded;
 * `wide JSON body`: a body of the same size made of small JSON values (an array
@@ -46,15 +49,12 @@ SUMMARY = (
     "large body, a wide JSON body or a large WebSocket frame, against its p99 on an idle server."
 )
 
-IDLE = "idle"
-STOPS, LARGE_BODY, WIDE_BODY, LARGE_FRAME = (
-    "stop list",
-    "large body",
-    "wide JSON body",
-    ("large frame"),
-)
+IDLE, PLAIN = "idle", "stream, no stops"
+STOPS, LARGE_BODY = "stop list", "large body"
+WIDE_BODY, LARGE_FRAME = "wide JSON body", "large frame"
 HOSTILE = (STOPS, LARGE_BODY, WIDE_BODY, LARGE_FRAME)
-VARIANTS = (IDLE, *HOSTILE)
+VARIANTS = (IDLE, PLAIN, *HOSTILE)
+ECHO_DELAY = 0.002
 BOUND = 2.0
 HEALTH = b"GET /health HTTP/1.1\r\nHost: bench\r\n\r\n"
 
@@ -63,6 +63,8 @@ HEALTH = b"GET /health HTTP/1.1\r\nHost: bench\r\n\r\n"
 class Params:
     #: Hostile requests per run (the neighbour's samples come from their lifetimes).
     hostile_requests: int
+    #: The same for the two streaming variants, whose requests last seconds.
+    stream_requests: int
     #: Seconds the idle variant probes for.
     idle_seconds: float
     #: Size of the large and wide bodies and of the frame.
@@ -73,24 +75,25 @@ class Params:
     @classmethod
     def for_mode(cls, quick: bool) -> Params:
         if quick:
-            return cls(hostile_requests=2, idle_seconds=0.5, body_bytes=1 << 20, answer_tokens=500)
+            return cls(hostile_requests=3, stream_requests=1, idle_seconds=0.3,
+                       body_bytes=1 << 20, answer_tokens=100)  # fmt: skip
         # Just under the default --max-frame-bytes (8 MiB), so the frame is accepted.
-        return cls(hostile_requests=8, idle_seconds=3.0, body_bytes=(8 << 20) - 4096,
-                   answer_tokens=3000)  # fmt: skip
+        return cls(hostile_requests=10, stream_requests=2, idle_seconds=3.0,
+                   body_bytes=(8 << 20) - 4096, answer_tokens=3000)  # fmt: skip
 
 
 # --- payloads ---------------------------------------------------------------------
 
 
-def _stop_request(tokens: int) -> bytes:
+def _stream_request(tokens: int, *, stops: bool) -> bytes:
     filler = "~" * (DEFAULT_MAX_STOP_CHARS - 3)
-    stops = [f"{i:03d}{filler}" for i in range(DEFAULT_MAX_STOP_STRINGS)]
-    body = {
+    body: dict[str, object] = {
         "model": MODEL,
         "request_id": "hostile",
         "messages": [{"role": "user", "content": answer_text(tokens)}],
-        "stop": stops,
     }
+    if stops:
+        body["stop"] = [f"{i:03d}{filler}" for i in range(DEFAULT_MAX_STOP_STRINGS)]
     return orjson.dumps(body)
 
 
@@ -194,8 +197,8 @@ Send = Callable[[], Awaitable[object]]
 
 
 def _hostile(variant: str, port: int, payloads: dict[str, bytes]) -> Send:
-    if variant == STOPS:
-        return lambda: _hostile_ws(port, payloads[STOPS])
+    if variant in (STOPS, PLAIN):
+        return lambda: _hostile_ws(port, payloads[variant])
     if variant == LARGE_FRAME:
         return lambda: _hostile_ws(port, payloads[LARGE_BODY])
     path = "/v1/chat/completions"
@@ -206,7 +209,7 @@ async def _one(port: int, p: Params, variant: str, payloads: dict[str, bytes]) -
     neighbour = Neighbour()
     await neighbour.start(port)
     await asyncio.sleep(0.05)  # the connection is open and warm
-    busy = 0.0
+    busy, count = 0.0, 1
     try:
         if variant == IDLE:
             neighbour.recording = True
@@ -214,7 +217,8 @@ async def _one(port: int, p: Params, variant: str, payloads: dict[str, bytes]) -
             neighbour.recording = False
         else:
             send = _hostile(variant, port, payloads)
-            for _ in range(p.hostile_requests):
+            count = p.stream_requests if variant in (STOPS, PLAIN) else p.hostile_requests
+            for _ in range(count):
                 t0 = time.perf_counter()
                 neighbour.recording = True
                 await send()
@@ -229,7 +233,7 @@ async def _one(port: int, p: Params, variant: str, payloads: dict[str, bytes]) -
         "p99": percentile(ms, 99),
         "max": max(ms, default=float("nan")),
         "samples": float(len(ms)),
-        "hostile_s": busy / p.hostile_requests if variant != IDLE else float("nan"),
+        "hostile_s": busy / count if variant != IDLE else float("nan"),
     }
 
 
@@ -237,11 +241,12 @@ def run(ctx: RunContext) -> ScenarioResult:
     p = Params.for_mode(ctx.quick)
     result = ScenarioResult(NAME, TITLE, SUMMARY, asdict(p))
     payloads = {
-        STOPS: _stop_request(p.answer_tokens),
+        STOPS: _stream_request(p.answer_tokens, stops=True),
+        PLAIN: _stream_request(p.answer_tokens, stops=False),
         LARGE_BODY: _padded_body(p.body_bytes),
         WIDE_BODY: _wide_body(p.body_bytes),
     }
-    with running(start_realtime(ctx.scratch)) as server:
+    with running(start_realtime(ctx.scratch, echo_delay=ECHO_DELAY)) as server:
         for repeat in range(ctx.repeats):
             for variant in rotated(VARIANTS, repeat):
                 before = snapshot()
@@ -267,6 +272,11 @@ def run(ctx: RunContext) -> ScenarioResult:
 
 def _judge(result: ScenarioResult) -> None:
     idle = result.metric(IDLE, "p99 neighbour latency", "ms").runs
+    matcher = result.metric("ratio", f"{STOPS} / {PLAIN} (p99)", "x")
+    matcher.runs = paired_ratios(
+        result.metric(STOPS, "p99 neighbour latency", "ms").runs,
+        result.metric(PLAIN, "p99 neighbour latency", "ms").runs,
+    )
     for variant in HOSTILE:
         ratio = result.metric("ratio", f"{variant} / idle (p99)", "x")
         ratio.runs = paired_ratios(result.metric(variant, "p99 neighbour latency", "ms").runs, idle)
