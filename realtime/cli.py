@@ -14,6 +14,7 @@ from realtime.chat.reasoning.registry import reasoning_parser_names
 from realtime.chat.tools.registry import tool_parser_names
 from realtime.config import ServerConfig
 from realtime.engine.registry import engine_names
+from realtime.protocol.json_input import MAX_JSON_DEPTH_CEILING
 
 
 def _positive_int(text: str) -> int:
@@ -41,6 +42,13 @@ def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _json_depth(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_JSON_DEPTH_CEILING:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_JSON_DEPTH_CEILING}, got {value}")
     return value
 
 
@@ -306,6 +314,33 @@ def _add_hardening_arguments(serve: argparse.ArgumentParser, d: ServerConfig) ->
         " (default %(default)s)",
     )
     limits.add_argument(
+        "--max-json-depth",
+        type=_json_depth,
+        default=d.max_json_depth,
+        help="levels of nested arrays and objects in a request body or frame; deeper is"
+        " refused with 400 / an error frame json_too_deep (default %(default)s, at most"
+        f" {MAX_JSON_DEPTH_CEILING})",
+    )
+    limits.add_argument(
+        "--max-json-values",
+        type=_positive_int,
+        default=d.max_json_values,
+        help="JSON values (array items, object members) in a request body or frame; more"
+        " is refused with 400 / an error frame too_many_json_values (default %(default)s)",
+    )
+    limits.add_argument(
+        "--max-stop-strings",
+        type=_positive_int,
+        default=d.max_stop_strings,
+        help="stop strings per request; more are refused with 400 (default %(default)s)",
+    )
+    limits.add_argument(
+        "--max-stop-chars",
+        type=_positive_int,
+        default=d.max_stop_chars,
+        help="characters per stop string; longer is refused with 400 (default %(default)s)",
+    )
+    limits.add_argument(
         "--gc-threshold",
         type=_non_negative_int,
         default=d.gc_threshold,
@@ -407,6 +442,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         api_keys=_api_keys(args),
         allowed_origins=tuple(args.allowed_origin),
         max_in_flight_per_socket=args.max_in_flight,
+        max_json_depth=args.max_json_depth,
+        max_json_values=args.max_json_values,
+        max_stop_strings=args.max_stop_strings,
+        max_stop_chars=args.max_stop_chars,
         max_connections=args.max_connections,
         gc_threshold=args.gc_threshold,
         outbound_queue_frames=args.outbound_queue,

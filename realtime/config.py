@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from realtime.protocol.input_limits import DEFAULT_MAX_STOP_CHARS, DEFAULT_MAX_STOP_STRINGS
+from realtime.protocol.json_input import DEFAULT_MAX_JSON_DEPTH, DEFAULT_MAX_JSON_VALUES
+
 
 @dataclass
 class ServerConfig:
@@ -76,6 +79,13 @@ class ServerConfig:
     # both transports
     #: Server cap on max_tokens / max_completion_tokens; None = the model's context.
     max_tokens_cap: int | None = None
+    #: Levels of nested arrays and objects in a request body or frame (400 beyond).
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    #: JSON values (array items, object members) in a request body or frame (400 beyond).
+    max_json_values: int = DEFAULT_MAX_JSON_VALUES
+    #: Stop strings per request, and characters per stop string (400 beyond).
+    max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS
+    max_stop_chars: int = DEFAULT_MAX_STOP_CHARS
     #: API keys; empty = no authentication. /health and /ready are always open.
     api_keys: tuple[str, ...] = ()
     #: Browser origins allowed to connect; empty = no Origin or same origin only; "*" = all.

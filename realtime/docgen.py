@@ -72,6 +72,18 @@ LIMITS: list[tuple[str, str, str, str]] = [
      "socket lifetime: then a `session.expiring` frame (0 = unlimited)"),
     ("--session-expiry-grace", "session_expiry_grace_seconds", "seconds",
      "from `session.expiring` to close 1000 `session expired`"),
+    ("--max-json-depth", "max_json_depth", "levels",
+     "nested arrays and objects in a request body or frame, the body being level 1 (at most"
+     " 256); deeper is 400 / `error` frame `json_too_deep` naming the field, the socket stays"
+     " open"),
+    ("--max-json-values", "max_json_values", "values",
+     "array items and object members in a request body or frame, the body counting one;"
+     " more is 400 / `error` frame `too_many_json_values` naming the top-level field holding"
+     " most, the socket stays open"),
+    ("--max-stop-strings", "max_stop_strings", "strings",
+     "stop strings per request; more is 400 / `error` frame, `param` `stop`"),
+    ("--max-stop-chars", "max_stop_chars", "characters",
+     "per stop string; longer is 400 / `error` frame, `param` `stop`"),
     ("--max-tokens-cap", "max_tokens_cap", "tokens",
      "largest `max_tokens`; above it 400 / `error` frame `max_tokens_exceeded`;"
      " without `max_tokens` the answer stops there (`length`). Default: the model's context"),

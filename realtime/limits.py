@@ -1,4 +1,5 @@
-"""The server's output cap (`--max-tokens-cap`), applied by both transports after `prepare`.
+"""The server's output cap (`--max-tokens-cap`), applied by both transports after `prepare`,
+and the input limits both transports hand to the parsers (`input_limits`).
 
 `ChatPipeline.prepare` already refuses a `max_tokens` that does not fit the
 model's context (`context_length_exceeded`) and otherwise defaults the limit to
@@ -12,9 +13,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from realtime.config import ServerConfig
 from realtime.engine.base import StopConditions
 from realtime.pipeline import PreparedChat
 from realtime.protocol.errors import OutputLimitError
+from realtime.protocol.input_limits import InputLimits
+from realtime.protocol.json_input import MAX_JSON_DEPTH_CEILING
+
+
+def input_limits(config: ServerConfig) -> InputLimits:
+    """The request limits of `config`, in the form the protocol parsers take.
+
+    The depth is held to its ceiling, which the CLI enforces, for embedders too."""
+    return InputLimits(
+        max_json_depth=min(config.max_json_depth, MAX_JSON_DEPTH_CEILING),
+        max_json_values=config.max_json_values,
+        max_stop_strings=config.max_stop_strings,
+        max_stop_chars=config.max_stop_chars,
+    )
 
 
 def apply_max_tokens_cap(prepared: PreparedChat, cap: int | None) -> None:

@@ -274,7 +274,7 @@ def test_stream_round_trips_any_text(pipeline: ChatPipeline, text: str) -> None:
     assert content(stream(pipeline, pipeline.prepare(req(text)))) == text
 
 
-def test_content_parts_are_echoed(pipeline: ChatPipeline) -> None:
+def test_content_parts_reach_the_model_one_per_line(pipeline: ChatPipeline) -> None:
     request = parse_chat_request(
         {
             "model": "echo",
@@ -282,14 +282,14 @@ def test_content_parts_are_echoed(pipeline: ChatPipeline) -> None:
                 {
                     "role": "user",
                     "content": [
-                        {"type": "text", "text": "look "},
-                        {"type": "text", "text": "here"},
+                        {"type": "text", "text": "part a"},
+                        {"type": "text", "text": "part b"},
                     ],
                 }
             ],
         }
     )
-    assert content(stream(pipeline, pipeline.prepare(request))) == "look here"
+    assert content(stream(pipeline, pipeline.prepare(request))) == "part a\npart b"
 
 
 def test_non_text_content_parts_are_rejected_not_ignored(pipeline: ChatPipeline) -> None:

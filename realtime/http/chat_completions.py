@@ -27,7 +27,7 @@ from realtime.http.errors import error_response
 from realtime.http.responses import ORJSONResponse
 from realtime.http.sse import EventStreamResponse
 from realtime.lifecycle import Lifecycle
-from realtime.limits import apply_max_tokens_cap
+from realtime.limits import apply_max_tokens_cap, input_limits
 from realtime.observability.logs import event
 from realtime.observability.metrics import Metrics, RequestTimer
 from realtime.pipeline import ChatPipeline
@@ -38,6 +38,7 @@ from realtime.protocol.errors import (
     RealtimeError,
     ServerShuttingDownError,
 )
+from realtime.protocol.json_input import load_json
 from realtime.protocol.request import parse_chat_request
 
 log = logging.getLogger("realtime.http")
@@ -47,8 +48,9 @@ TRANSPORT = "http"
 
 async def read_json_body(request: Request) -> Any:
     body = await request.body()
+    limits = input_limits(request.app.state.config)
     try:
-        return orjson.loads(body)
+        return load_json(body, limits.max_json_depth, limits.max_json_values)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from None
 
@@ -113,7 +115,8 @@ async def chat_completions(request: Request) -> Response:
     pipeline: ChatPipeline = state.pipeline
     outcome = begin(request)
     try:
-        chat_request = parse_chat_request(await read_json_body(request))
+        limits = input_limits(state.config)
+        chat_request = parse_chat_request(await read_json_body(request), limits)
         streaming = bool(chat_request.stream)
         prepared = pipeline.prepare(chat_request, stream=streaming)
         apply_max_tokens_cap(prepared, state.config.max_tokens_cap)

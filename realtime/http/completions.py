@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from realtime.completions import CompletionPipeline
 from realtime.http.chat_completions import begin, read_json_body, respond
-from realtime.limits import cap_output
+from realtime.limits import cap_output, input_limits
 from realtime.protocol.completions import parse_completion_request
 from realtime.protocol.errors import RealtimeError
 
@@ -21,7 +21,8 @@ async def completions(request: Request) -> Response:
     pipeline: CompletionPipeline = state.completions
     outcome = begin(request)
     try:
-        body = parse_completion_request(await read_json_body(request))
+        limits = input_limits(state.config)
+        body = parse_completion_request(await read_json_body(request), limits)
         streaming = bool(body.stream)
         prepared = pipeline.prepare(body, stream=streaming)
         asked = body.max_tokens if "max_tokens" in body.model_fields_set else None

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from realtime.protocol.errors import InvalidRequestError
+from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits, check_stop_strings
 from realtime.protocol.request import GenerationRequest, validation_error_to_client
 
 TokenId = Annotated[int, Field(ge=0)]
@@ -58,13 +59,17 @@ class CompletionRequest(GenerationRequest):
         return list(prompt)
 
 
-def parse_completion_request(data: Any) -> CompletionRequest:
+def parse_completion_request(
+    data: Any, limits: InputLimits = DEFAULT_INPUT_LIMITS
+) -> CompletionRequest:
     if not isinstance(data, dict):
         raise InvalidRequestError("the request body must be a JSON object")
     try:
-        return CompletionRequest.model_validate(data)
+        request = CompletionRequest.model_validate(data)
     except ValidationError as exc:
         raise validation_error_to_client(exc) from None
+    check_stop_strings(request.stop_strings, limits)
+    return request
 
 
 # --- responses (documentation and client parsing; the server emits plain dicts) ---

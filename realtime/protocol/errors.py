@@ -62,6 +62,12 @@ class UnknownFieldError(InvalidRequestError):
     default_code = "unknown_field"
 
 
+class InvalidTypeError(InvalidRequestError):
+    """A field of the wrong JSON type (`"stream": "yes"`); types are never guessed."""
+
+    default_code = "invalid_type"
+
+
 class UnsupportedFeatureError(InvalidRequestError):
     default_code = "unsupported"
 

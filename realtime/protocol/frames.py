@@ -25,7 +25,9 @@ Server -> client (text frames):
 
 Decoding is pure: it raises `MalformedFrameError` (the socket closes with 1007)
 for text that is not JSON, and `FrameRejected` (an error frame, the socket stays)
-for JSON that is not a valid frame.
+for JSON that is not a valid frame, including JSON nested deeper than
+`--max-json-depth` (`json_too_deep`) or with more than `--max-json-values` values
+(`too_many_json_values`), with the frame's `request_id` when it has one.
 """
 
 from __future__ import annotations
@@ -36,6 +38,13 @@ from typing import Any, Literal
 import orjson
 
 from realtime.protocol.errors import InvalidRequestError, MalformedFrameError, RealtimeError
+from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
+from realtime.protocol.json_input import (
+    JsonTooDeepError,
+    TooManyJsonValuesError,
+    check_shape,
+    parse_json,
+)
 from realtime.protocol.request import ChatCompletionRequest, parse_chat_request
 
 MAX_REQUEST_ID_CHARS = 128
@@ -122,12 +131,18 @@ class FrameRejected(Exception):
         self.is_setup = is_setup
 
 
-def decode_client_frame(text: str, defaults: dict[str, Any] | None = None) -> ClientFrame:
+def decode_client_frame(
+    text: str,
+    defaults: dict[str, Any] | None = None,
+    limits: InputLimits = DEFAULT_INPUT_LIMITS,
+) -> ClientFrame:
     """Decode one client frame; `defaults` (the session's, model included) fill requests."""
     try:
-        data = orjson.loads(text)
+        data = parse_json(text, limits.max_json_depth)
     except orjson.JSONDecodeError as exc:
         raise MalformedFrameError(f"malformed JSON frame: {exc}") from None
+    except JsonTooDeepError as exc:
+        raise FrameRejected(exc, None) from None  # nothing decoded: no request_id to name
     if not isinstance(data, dict):
         raise FrameRejected(InvalidRequestError("a frame must be a JSON object"), None)
 
@@ -144,6 +159,12 @@ def decode_client_frame(text: str, defaults: dict[str, Any] | None = None) -> Cl
         )
 
     frame_type = data.get("type", REQUEST_TYPE)
+    try:
+        check_shape(data, limits.max_json_depth, limits.max_json_values)
+    except (JsonTooDeepError, TooManyJsonValuesError) as exc:
+        if frame_type == SETUP_TYPE:
+            raise _setup_rejected(exc) from None
+        raise FrameRejected(exc, request_id, is_request=frame_type == REQUEST_TYPE) from None
     if frame_type == REQUEST_TYPE:
         body = {k: v for k, v in data.items() if k not in _ENVELOPE_KEYS}
         if defaults:
@@ -151,7 +172,7 @@ def decode_client_frame(text: str, defaults: dict[str, Any] | None = None) -> Cl
         # On the socket every answer streams unless the client asks otherwise.
         body.setdefault("stream", True)
         try:
-            return RequestFrame(request_id, parse_chat_request(body))
+            return RequestFrame(request_id, parse_chat_request(body, limits))
         except RealtimeError as exc:
             raise FrameRejected(exc, request_id, is_request=True) from None
     if frame_type == CANCEL_TYPE:
@@ -165,7 +186,7 @@ def decode_client_frame(text: str, defaults: dict[str, Any] | None = None) -> Cl
         _reject_extra_keys(data, request_id)
         return CloseSessionFrame()
     if frame_type == SETUP_TYPE:
-        return _decode_setup(data)
+        return _decode_setup(data, limits)
     raise FrameRejected(
         InvalidRequestError(
             f"unknown frame type {frame_type!r}; expected one of "
@@ -186,7 +207,7 @@ def merge_defaults(defaults: dict[str, Any], body: dict[str, Any]) -> dict[str, 
     return merged
 
 
-def _decode_setup(data: dict[str, Any]) -> SessionSetupFrame:
+def _decode_setup(data: dict[str, Any], limits: InputLimits) -> SessionSetupFrame:
     """Check a `session.setup` frame's shape and validate its defaults as a request would be.
 
     The defaults go through the request validation with placeholder messages, so an
@@ -217,7 +238,7 @@ def _decode_setup(data: dict[str, Any]) -> SessionSetupFrame:
     probe = {**defaults, "model": model, "messages": _PLACEHOLDER_MESSAGES}
     probe.setdefault("stream", True)  # as for a request on the socket
     try:
-        parse_chat_request(probe)
+        parse_chat_request(probe, limits)
     except RealtimeError as exc:
         raise _setup_rejected(_under_defaults(exc)) from None
     return SessionSetupFrame(model, defaults)

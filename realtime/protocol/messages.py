@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Part(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class TextPart(_Part):
@@ -23,6 +23,7 @@ class TextPart(_Part):
 
 
 class ImageURL(BaseModel):
+    model_config = ConfigDict(strict=True)
     url: str
     detail: Literal["auto", "low", "high"] | None = None
 
@@ -33,6 +34,7 @@ class ImagePart(_Part):
 
 
 class InputAudio(BaseModel):
+    model_config = ConfigDict(strict=True)
     data: str
     format: str
 
@@ -58,19 +60,20 @@ ContentPart = Annotated[
 
 
 class FunctionCall(BaseModel):
+    model_config = ConfigDict(strict=True)
     name: str
     arguments: str
 
 
 class ToolCall(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     id: str
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
 class _Message(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     name: str | None = None
 
 

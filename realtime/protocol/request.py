@@ -6,6 +6,11 @@ with 400 `invalid_request_error`, code `unknown_field`, `param` naming the field
 as OpenAI's own API does. Silently ignoring `max_token` or `temprature` would
 change the answer without telling anyone. Message objects are the exception: they
 may carry extra keys, which reach the chat template.
+
+Types are strict, as OpenAI's are: `"stream": "yes"`, `"n": "2"` and
+`"max_tokens": 1.5` (or `2.0`) are refused with 400 `invalid_type` naming the
+field, where a lax parser would guess. A number field takes an integer
+(`"temperature": 1`); nothing else is converted.
 """
 
 from __future__ import annotations
@@ -15,12 +20,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from typing_extensions import Self
 
-from realtime.protocol.errors import InvalidRequestError, UnknownFieldError
+from realtime.protocol.errors import InvalidRequestError, InvalidTypeError, UnknownFieldError
+from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits, check_stop_strings
 from realtime.protocol.messages import Message
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class FunctionDefinition(_Strict):
@@ -56,7 +62,7 @@ class StreamOptions(_Strict):
 
 
 class JSONSchemaFormat(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     name: str
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     strict: bool | None = None
@@ -235,30 +241,86 @@ class ChatCompletionRequest(GenerationRequest):
         )
 
 
-def parse_chat_request(data: Any) -> ChatCompletionRequest:
-    """Validate a decoded JSON body; every failure becomes one specific 400 error."""
+def parse_chat_request(
+    data: Any, limits: InputLimits = DEFAULT_INPUT_LIMITS
+) -> ChatCompletionRequest:
+    """Validate a decoded JSON body; every failure becomes one specific 400 error.
+
+    The body's nesting depth was checked when it was decoded (`json_input`)."""
     if not isinstance(data, dict):
         raise InvalidRequestError("the request body must be a JSON object")
     try:
-        return ChatCompletionRequest.model_validate(data)
+        request = ChatCompletionRequest.model_validate(data)
     except ValidationError as exc:
         raise validation_error_to_client(exc) from None
+    check_stop_strings(request.stop_strings, limits)
+    return request
 
 
 def validation_error_to_client(exc: ValidationError) -> InvalidRequestError:
     """Turn pydantic's report into an OpenAI-style error naming the offending field."""
     # For a union (e.g. content: str | list[part]) pydantic reports every member;
     # the error that got deepest into the input is the one the client can act on.
-    first = max(exc.errors(include_url=False), key=lambda e: len(e["loc"]))
+    errors = exc.errors(include_url=False)
+    first = max(errors, key=lambda e: len(e["loc"]))
     param = _param_path(first["loc"])
     if first["type"] == "extra_forbidden":
         return UnknownFieldError(f"Unrecognized request argument supplied: {param}", param=param)
+    if first["type"] in _EXPECTED:
+        # A union reports one type error per member: name every type it would take.
+        expected = [
+            _EXPECTED[e["type"]]
+            for e in errors
+            if e["type"] in _EXPECTED and _param_path(e["loc"]) == param
+        ]
+        return _invalid_type(param, list(dict.fromkeys(expected)), first["input"])
     message = first["msg"]
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
     if param:
         return InvalidRequestError(f"{param}: {message}", param=param)
     return InvalidRequestError(message)
+
+
+#: Pydantic's type errors in strict mode, and the JSON type each one wanted.
+_EXPECTED = {
+    "bool_type": "a boolean",
+    "int_type": "an integer",
+    "float_type": "a number",
+    "string_type": "a string",
+    "list_type": "an array",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a decimal number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _invalid_type(param: str, expected: list[str], value: Any) -> InvalidTypeError:
+    """OpenAI's wording: "Invalid type for 'n': expected an integer, but got a string instead."""
+    wanted = expected[-1]
+    if len(expected) > 1:
+        wanted = "one of " + ", ".join(expected[:-1]) + " or " + wanted
+    name = param or "the request body"
+    return InvalidTypeError(
+        f"Invalid type for '{name}': expected {wanted}, but got {_json_type(value)} instead.",
+        param=param or None,
+    )
 
 
 #: Discriminator tags pydantic puts in an error's location after a list index.

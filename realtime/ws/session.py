@@ -57,7 +57,7 @@ from typing import Any
 from starlette.websockets import WebSocket
 
 from realtime.config import ServerConfig
-from realtime.limits import apply_max_tokens_cap
+from realtime.limits import apply_max_tokens_cap, input_limits
 from realtime.observability.logs import event
 from realtime.observability.metrics import Metrics, RequestTimer
 from realtime.pipeline import ChatPipeline, PreparedChat
@@ -176,6 +176,7 @@ class RealtimeSession:
         self.setup_state = SetupState.AWAITING_SETUP.value
         #: From `session.setup`: the fields (model included) every request inherits.
         self._defaults: dict[str, Any] | None = None
+        self._input_limits = input_limits(config)
         self.finished = asyncio.Event()
         #: Highest request-queue depth seen; bounded by `request_queue_size` by construction.
         self.max_queue_depth = 0
@@ -521,7 +522,7 @@ class RealtimeSession:
                 self.end(BinaryFrameError("binary frames are not supported; send JSON text frames"))
                 return
             try:
-                frame = decode_client_frame(text, self._defaults)
+                frame = decode_client_frame(text, self._defaults, self._input_limits)
             except MalformedFrameError as exc:
                 frames_in.labels("malformed").inc()
                 self.end(exc)

@@ -287,3 +287,45 @@ def test_random_texts_with_any_stops() -> None:
         include_stop = rng.random() < 0.3
         for parts in ([text], list(text), _random_split(rng, text)):
             _check(stops, text, parts, include_stop)
+
+
+# --- many stop strings: one automaton for all of them ---
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_many_stops_match_like_the_reference(seed: int) -> None:
+    """Dozens of stops that overlap and contain one another, fed in random pieces."""
+    rng = random.Random(500 + seed)
+    for _ in range(60):
+        alphabet = rng.choice(["ab", "abc", "a\nb<|>"])
+        stops = list(
+            dict.fromkeys(
+                "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8)))
+                for _ in range(rng.randint(10, 64))
+            )
+        )
+        text = "".join(rng.choice(alphabet + "xyz") for _ in range(rng.randint(0, 60)))
+        include_stop = rng.random() < 0.3
+        for parts in ([text], list(text), _random_split(rng, text)):
+            _check(stops, text, parts, include_stop)
+
+
+def test_stops_beyond_the_basic_plane() -> None:
+    for parts in (["a😀b🎉c"], list("a😀b🎉c"), ["a😀", "b🎉c"]):
+        assert run(["b🎉", "😀x"], parts) == ("a😀", "b🎉")
+    assert run(["🎉🎉"], ["x🎉", "y"]) == ("x🎉y", None)
+    matcher = StopMatcher(["é🎉"])
+    assert matcher.feed("caféé") == "café"  # the last é could begin the stop
+    assert matcher.feed("🎉 rest") == "" and matcher.matched == "é🎉"
+
+
+def test_duplicate_stops_and_regex_characters_are_plain_text() -> None:
+    assert run(["]", "]", "^", "\\", "-"], ["ab", "c]d"]) == ("abc", "]")
+    assert run(["[a-z]"], ["x[a-", "z]y"]) == ("x", "[a-z]")
+    assert run(["a.c"], ["abc a.c"]) == ("abc ", "a.c")
+
+
+def test_a_stop_found_while_min_tokens_holds_can_still_end_the_answer_later() -> None:
+    matcher = StopMatcher(["END"])
+    assert matcher.feed("xEN", check=False) == "x"  # held: could begin the stop
+    assert matcher.feed("D tail", check=True) == "" and matcher.matched == "END"

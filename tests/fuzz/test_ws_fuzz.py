@@ -7,7 +7,9 @@ socket to a real uvicorn server, then a probe request. Properties:
 
 * the socket either answers the probe (it kept working) or ends with a
   documented close code for a client-caused fault (1000, 1003, 1007, 1009);
-* no frame and no close reason carries traceback text;
+  JSON that is deep, wide or oddly typed (`hostile_json`) never ends it;
+* no frame and no close reason carries traceback text, and no error frame is an
+  `internal_error`;
 * every request the server accepted gets exactly one terminal frame;
 * meanwhile a well-behaved client on another socket completes every request
   correctly, and the server never breaks its own state machine.
@@ -32,6 +34,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from realtime.config import ServerConfig
 from tests.conftest import RunningServer, scrape_metrics, start_server
+from tests.fuzz.hostile_json import deep_chat, every_deep_chat, many_stops, odd_chat
 
 MAX_FRAME = 16 * 1024
 CLIENT_FAULT_CLOSES = {1000, 1003, 1007, 1009}
@@ -92,18 +95,6 @@ def mutated_requests(draw: st.DrawFn) -> dict[str, Any]:
     return frame
 
 
-@st.composite
-def deep_json(draw: st.DrawFn) -> str:
-    depth = draw(st.sampled_from([50, 500, 1100, 5000]))
-    opener, closer = draw(st.sampled_from([("[", "]"), ('{"a":', "}")]))
-    core = opener * depth + "1" + closer * depth
-    return (
-        '{"model": "echo", "messages": [{"role": "user", "content": "d"}], "metadata": '
-        + core
-        + "}"
-    )
-
-
 def _text(obj: Any) -> tuple[str, Any]:
     return ("text", json.dumps(obj))
 
@@ -113,6 +104,10 @@ survivable = st.one_of(
     valid_requests().map(_text),
     mutated_requests().map(_text),
     mutated_requests().map(_text),
+    st.builds(lambda rid, body: ("text", body), ids, deep_chat()),
+    ids.flatmap(lambda rid: deep_chat(request_id=rid)).map(lambda t: ("text", t)),
+    odd_chat().map(lambda t: ("text", t)),
+    many_stops().map(lambda t: ("text", t)),
     st.builds(lambda rid: _text({"type": "response.cancel", "request_id": rid}), ids),
     st.builds(lambda t: _text({"type": t}), st.sampled_from(["response.update", "", "x", 1])),
     json_values.map(_text),  # any JSON at all, objects or not
@@ -128,7 +123,6 @@ fatal = st.one_of(
         st.integers(min_value=1, max_value=60),
     ),
     st.text(max_size=30).map(lambda t: ("text", t)),  # mostly not JSON
-    deep_json().map(lambda t: ("text", t)),
     st.integers(min_value=MAX_FRAME - 64, max_value=MAX_FRAME + 256).map(
         lambda n: ("text", json.dumps({"model": "echo", "messages": [], "user": "u" * n}))
     ),
@@ -151,7 +145,8 @@ class GoodClient(threading.Thread):
 
     def run(self) -> None:
         try:
-            with connect(self.url, max_size=None) as ws:
+            # No keepalive pings: they draw from `random`, which hypothesis watches.
+            with connect(self.url, max_size=None, ping_interval=None) as ws:
                 while not self.stop.is_set():
                     rid = f"good-{self.completed}"
                     text = f"steady answer number {self.completed}"
@@ -255,6 +250,7 @@ def test_fuzzed_frames_never_break_the_server(fuzz_server: RunningServer) -> Non
                     frame = json.loads(raw)
                     if frame.get("type") == "error":  # chunks only echo the client's text
                         _check_text(raw)
+                        assert frame["error"]["code"] != "internal_error", (frame, sequence)
                     received.append(frame)
                     if frame.get("request_id") == probe and frame.get("type") in (
                         "response.done",
@@ -290,3 +286,28 @@ def test_fuzzed_frames_never_break_the_server(fuzz_server: RunningServer) -> Non
     metrics = scrape_metrics(server.http_url)
     assert not any(k.startswith("realtime_state_violations_total") for k in metrics)
     assert server.thread.is_alive()
+
+
+def test_deep_json_in_every_free_form_field_keeps_the_socket(fuzz_server: RunningServer) -> None:
+    """The sweep random draws may miss: each place deep JSON can go, at each depth."""
+    with connect(fuzz_server.ws_url, max_size=None, ping_interval=None) as ws:
+        sent = 0
+        sweep = [body for body in every_deep_chat() if len(body) < MAX_FRAME - 64]
+        for sent, body in enumerate(sweep):
+            ws.send(body[:-1] + f', "request_id": "deep-{sent}"}}')
+            while True:
+                raw = ws.recv(timeout=10)
+                assert isinstance(raw, str)
+                frame = json.loads(raw)
+                if frame.get("type") == "error":
+                    _check_text(raw)
+                    assert frame["error"]["code"] != "internal_error", (frame, body[:200])
+                if frame.get("type") in ("response.done", "error") and frame.get(
+                    "request_id"
+                ) in (f"deep-{sent}", None):
+                    break
+        ws.send(json.dumps(_chat("after the sweep", "last")))
+        frames = [json.loads(ws.recv(timeout=10))]
+        while frames[-1].get("type") != "response.done":
+            frames.append(json.loads(ws.recv(timeout=10)))
+        assert frames[-1]["status"] == "completed" and sent > 100

@@ -345,20 +345,21 @@ def test_sdk_without_logprobs_has_none(sdk):
     assert completion.choices[0].logprobs is None
 
 
-def test_sdk_content_parts_are_echoed(sdk):
+def test_sdk_content_parts_are_joined_one_per_line(sdk):
     completion = sdk.chat.completions.create(
         model="echo",
         messages=[
             {
                 "role": "user",
                 "content": [
-                    {"type": "text", "text": "part one, "},
-                    {"type": "text", "text": "part two"},
+                    {"type": "text", "text": "part a"},
+                    {"type": "text", "text": "part b"},
                 ],
             }
         ],
     )
-    assert completion.choices[0].message.content == "part one, part two"
+    # Not "part apart b": the rule is vLLM's and llama.cpp's (docs/protocol.md).
+    assert completion.choices[0].message.content == "part a\npart b"
 
 
 # --- 2. SSE on the wire ------------------------------------------------------

@@ -23,6 +23,7 @@ from realtime.protocol.frames import (
     done_frame,
     error_frame,
 )
+from realtime.protocol.input_limits import InputLimits
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -322,3 +323,57 @@ def test_requests_inherit_defaults_and_override_them_nvext_one_level_deep() -> N
     assert not own.request.include_usage
     assert own.request.effective_cache_salt == "b"
     assert own.request.extra_fields == {"completion_token_ids"}
+
+
+# --- input limits on frames ---
+
+
+def _deep(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def test_a_deep_request_frame_is_rejected_in_place_with_its_request_id() -> None:
+    error = rejected(frame(request_id="d", model="m", messages=MESSAGES, metadata=_deep(70)))
+    assert error.request_id == "d" and error.is_request and not error.is_setup
+    assert error.error.code == "json_too_deep" and error.error.param == "metadata.a.a.a"
+
+
+def test_a_deep_control_frame_is_rejected_without_ending_a_request() -> None:
+    error = rejected(frame(type="response.cancel", request_id="c", x=_deep(70)))
+    assert error.request_id == "c" and not error.is_request
+    assert error.error.code == "json_too_deep"
+
+
+def test_a_deep_setup_frame_is_a_refused_setup() -> None:
+    error = rejected(frame(type="session.setup", model="m", defaults={"metadata": _deep(70)}))
+    assert error.is_setup and error.request_id is None
+    assert error.error.param == "defaults.metadata.a.a"
+
+
+def test_a_frame_deeper_than_the_decoder_goes_is_rejected_not_malformed() -> None:
+    text = '{"request_id": "x", "y": ' + "[" * 3000 + "]" * 3000 + "}"
+    error = rejected(text)
+    assert error.request_id is None and not error.is_request
+    assert error.error.code == "json_too_deep" and error.error.close_code is None
+
+
+def test_frame_limits_come_from_the_caller() -> None:
+    limits = InputLimits(max_json_depth=3, max_stop_strings=1)
+    text = frame(request_id="r", model="m", messages=MESSAGES)  # depth 3: body, list, message
+    assert isinstance(decode_client_frame(text, None, limits), RequestFrame)
+    with pytest.raises(FrameRejected) as info:
+        deeper = frame(request_id="r", model="m", messages=MESSAGES, x=[[[]]])  # depth 4
+        decode_client_frame(deeper, None, limits)
+    assert info.value.error.code == "json_too_deep"
+    with pytest.raises(FrameRejected) as info:
+        decode_client_frame(frame(model="m", messages=MESSAGES, stop=["a", "b"]), None, limits)
+    assert info.value.is_request and info.value.error.param == "stop"
+
+
+def test_a_wrongly_typed_request_frame_names_the_field() -> None:
+    error = rejected(frame(request_id="t", model="m", messages=MESSAGES, stream="yes"))
+    assert error.request_id == "t" and error.is_request
+    assert (error.error.code, error.error.param) == ("invalid_type", "stream")

@@ -273,7 +273,7 @@ class CallObjectScanner:
 def _is_json_object(text: str) -> bool:
     try:
         return isinstance(json.loads(text), dict)
-    except ValueError:
+    except (ValueError, RecursionError):  # a model can nest deeper than Python recurses
         return False
 
 

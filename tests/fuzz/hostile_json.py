@@ -1,0 +1,168 @@
+"""Hypothesis strategies for hostile request bodies: deep, wide and oddly typed JSON.
+
+Shared by the socket and the HTTP fuzz tests. Bodies are built as JSON *text*:
+the deep parts are nested far past what `json.dumps` (or orjson) will write, so a
+placeholder string is swapped for them after the rest is serialized.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from hypothesis import strategies as st
+
+#: Every top-level field of a chat request (and the socket's envelope keys).
+REQUEST_FIELDS = (
+    "model messages max_tokens max_completion_tokens temperature top_p n seed presence_penalty"
+    " frequency_penalty logit_bias stop stream stream_options logprobs top_logprobs"
+    " response_format tools tool_choice parallel_tool_calls user metadata store service_tier"
+    " reasoning_effort verbosity prompt_cache_key safety_identifier modalities audio prediction"
+    " web_search_options functions function_call top_k min_p repetition_penalty min_tokens"
+    " ignore_eos stop_token_ids include_stop_str_in_output skip_special_tokens"
+    " chat_template_kwargs cache_salt nvext"
+).split()
+COMPLETION_FIELDS = (
+    "model prompt max_tokens temperature top_p n seed stop stream stream_options logprobs echo"
+    " suffix best_of logit_bias user top_k min_p min_tokens ignore_eos stop_token_ids nvext"
+).split()
+
+_HOLE = "\u0000deep\u0000"
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from([0, 1, -1, 2.0, 1.5, "", "yes", "true", "2", "1.5", "null"])
+    | st.text(max_size=20)
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+#: Around the limit (64), where recursion used to fail (500, 1000), past the decoder (5000).
+DEPTHS = (500, 1000, 65, 64, 62, 10, 120, 1100, 5000)
+_NESTINGS = (('{"a":', "}"), ("[", "]"), ('{"k": [', "]}"))
+
+
+def nested(depth: int, opener: str = '{"a":', closer: str = "}", leaf: str = "1") -> str:
+    return opener * depth + leaf + closer * depth
+
+
+@st.composite
+def deep_text(draw: st.DrawFn) -> str:
+    """JSON text nested around the limit, far past it, and past the decoder's own limit."""
+    opener, closer = draw(st.sampled_from(_NESTINGS))
+    leaf = draw(st.sampled_from(["1", '"x"', "{}", "[]", "null"]))
+    return nested(draw(st.sampled_from(DEPTHS)), opener, closer, leaf)
+
+
+@st.composite
+def wide_value(draw: st.DrawFn) -> Any:
+    """Many keys or many items, shallow."""
+    n = draw(st.sampled_from([100, 1000, 5000]))
+    if draw(st.booleans()):
+        return {f"k{i}": i for i in range(n)}
+    return [draw(st.sampled_from([0, "s", None, {}, []]))] * n
+
+
+#: Where a deep value goes: a top-level field, or inside one of the free-form fields.
+_DEEP_PLACES = [
+    lambda body: body.update(metadata=_HOLE),
+    lambda body: body.update(chat_template_kwargs={"x": _HOLE}),
+    lambda body: body["messages"][0].update(extra=_HOLE),
+    lambda body: body.update(
+        tools=[{"type": "function", "function": {"name": "f", "parameters": _HOLE}}]
+    ),
+    lambda body: body.update(
+        response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": _HOLE}}
+    ),
+    lambda body: body.update(nvext={"extra_fields": _HOLE}),
+    lambda body: body.update(stop=_HOLE),
+    lambda body: body.update(audio=_HOLE),
+    lambda body: body["messages"].append(
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "f", "arguments": _HOLE}}
+            ],
+        }
+    ),
+]
+
+
+def chat_body(content: str = "fuzz", **fields: Any) -> dict[str, Any]:
+    return {
+        "model": "echo",
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 8,
+        **fields,
+    }
+
+
+def _fill(body: dict[str, Any], deep: str) -> str:
+    text = json.dumps(body)
+    hole = json.dumps(_HOLE)
+    if '"arguments": ' + hole in text:
+        deep = json.dumps(deep)  # arguments travel as a JSON string
+    return text.replace(hole, deep, 1)
+
+
+@st.composite
+def deep_chat(draw: st.DrawFn, **envelope: Any) -> str:
+    """A chat request with one deep value in one of the places free-form JSON goes."""
+    body = chat_body(**envelope)
+    draw(st.sampled_from(_DEEP_PLACES))(body)
+    return _fill(body, draw(deep_text()))
+
+
+def every_deep_chat(**envelope: Any) -> Iterator[str]:
+    """Every place for deep JSON at every depth: the sweep that random draws may miss."""
+    for place in _DEEP_PLACES:
+        for depth in DEPTHS:
+            for opener, closer in _NESTINGS[:2]:
+                body = chat_body(**envelope)
+                place(body)
+                yield _fill(body, nested(depth, opener, closer))
+
+
+@st.composite
+def odd_chat(draw: st.DrawFn, fields: tuple[str, ...] = tuple(REQUEST_FIELDS)) -> str:
+    """A chat request with one to three fields set to values of any type, or to wide ones."""
+    body = chat_body(draw(st.text(max_size=30)))
+    for name in draw(st.lists(st.sampled_from(fields), min_size=1, max_size=3)):
+        body[name] = draw(json_values | wide_value())
+    return json.dumps(body)
+
+
+@st.composite
+def odd_completion(draw: st.DrawFn) -> str:
+    body: dict[str, Any] = {"model": "echo", "prompt": draw(st.text(max_size=20)), "max_tokens": 8}
+    for name in draw(st.lists(st.sampled_from(COMPLETION_FIELDS), min_size=1, max_size=3)):
+        body[name] = draw(json_values | wide_value())
+    return json.dumps(body)
+
+
+@st.composite
+def deep_completion(draw: st.DrawFn) -> str:
+    field = draw(st.sampled_from(["prompt", "nvext", "stop", "logit_bias"]))
+    return f'{{"model": "echo", "max_tokens": 8, "{field}": {draw(deep_text())}}}'
+
+
+@st.composite
+def many_stops(draw: st.DrawFn) -> str:
+    count = draw(st.sampled_from([1, 4, 64, 65, 1000, 10_000]))
+    length = draw(st.sampled_from([1, 16, 256, 257, 5000]))
+    stops = [f"{i:05d}" + "z" * max(0, length - 5) for i in range(count)]
+    return json.dumps(chat_body("one two three", stop=stops))
+
+
+hostile_chat_bodies = st.one_of(deep_chat(), odd_chat(), many_stops())
+hostile_completion_bodies = st.one_of(deep_completion(), odd_completion())
