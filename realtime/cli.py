@@ -297,6 +297,13 @@ def _add_hardening_arguments(serve: argparse.ArgumentParser, d: ServerConfig) ->
         help="browser Origin allowed to connect, e.g. https://app.example.com (repeatable;"
         " '*' = any). Default: no Origin header or same origin only",
     )
+    access.add_argument(
+        "--forwarded-allow-ips",
+        default=d.forwarded_allow_ips,
+        metavar="ADDRS",
+        help="proxies whose X-Forwarded-Proto/-For are trusted: comma-separated addresses"
+        " or networks, '*' = any, '' = none (default %(default)s)",
+    )
     limits = serve.add_argument_group("limits")
     limits.add_argument(
         "--max-in-flight",
@@ -365,6 +372,39 @@ def _add_hardening_arguments(serve: argparse.ArgumentParser, d: ServerConfig) ->
         help="seconds to wait for a pong before close 1011 (default %(default)s; 0 = wait forever)",
     )
     limits.add_argument(
+        "--max-header-bytes",
+        type=_positive_int,
+        default=d.max_header_bytes,
+        help="bytes of an HTTP request line and headers; more is 431 (default %(default)s)",
+    )
+    limits.add_argument(
+        "--max-headers",
+        type=_positive_int,
+        default=d.max_header_count,
+        help="header lines per HTTP request; more is 431 (default %(default)s)",
+    )
+    limits.add_argument(
+        "--header-timeout",
+        type=_non_negative_float,
+        default=d.header_timeout_seconds,
+        help="seconds for a request's headers to arrive, then 408 and close"
+        " (default %(default)s; 0 = no limit)",
+    )
+    limits.add_argument(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=d.max_body_bytes,
+        help="bytes of an HTTP request body; more is 413, refused before it is read"
+        " (default %(default)s)",
+    )
+    limits.add_argument(
+        "--body-timeout",
+        type=_non_negative_float,
+        default=d.body_timeout_seconds,
+        help="seconds a request body may stall, then 408 and close (default %(default)s;"
+        " 0 = no limit)",
+    )
+    limits.add_argument(
         "--max-tokens-cap",
         type=_non_negative_int,
         default=0,
@@ -417,6 +457,12 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         ws_ping_interval=args.ws_ping_interval or None,
         ws_ping_timeout=args.ws_ping_timeout or None,
         max_tokens_cap=args.max_tokens_cap or None,
+        max_header_bytes=args.max_header_bytes,
+        max_header_count=args.max_headers,
+        header_timeout_seconds=args.header_timeout,
+        max_body_bytes=args.max_body_bytes,
+        body_timeout_seconds=args.body_timeout,
+        forwarded_allow_ips=args.forwarded_allow_ips,
         log_format=args.log_format,
         model_dir=args.model,
         chat_template=args.chat_template,

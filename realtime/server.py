@@ -30,8 +30,12 @@ import uvicorn
 from starlette.applications import Starlette
 
 from realtime.config import ServerConfig
+from realtime.http.protocol import LimitedHttpToolsProtocol
+from realtime.http.request_limits import HttpLimits
 from realtime.lifecycle import Lifecycle
 from realtime.observability.logs import event, protect_uvicorn_logs
+from realtime.observability.metrics import Metrics
+from realtime.protocol.errors import RealtimeError
 from realtime.ws.hub import CLOSE_SECONDS, SessionHub
 from realtime.ws.transport import RealtimeWebSocketProtocol
 
@@ -56,9 +60,29 @@ def uvicorn_config(config: ServerConfig, app: Starlette) -> uvicorn.Config:
         log_config=None,
         timeout_graceful_shutdown=_UVICORN_FINAL_SECONDS,
         lifespan="on",
+        http=http_protocol(config, app),
+        forwarded_allow_ips=config.forwarded_allow_ips,
     )
     protect_uvicorn_logs(config.api_keys)
     return result
+
+
+def http_protocol(config: ServerConfig, app: Starlette) -> type[LimitedHttpToolsProtocol]:
+    """uvicorn's httptools protocol bound to the config's request limits."""
+    limits = HttpLimits(
+        max_header_bytes=config.max_header_bytes,
+        max_header_count=config.max_header_count,
+        header_timeout=config.header_timeout_seconds,
+        max_body_bytes=config.max_body_bytes,
+        body_timeout=config.body_timeout_seconds,
+    )
+    metrics: Metrics | None = getattr(app.state, "metrics", None)
+
+    def count(error: RealtimeError) -> None:
+        if metrics is not None:  # refused before routing: no route template to name
+            metrics.http_responses.labels("unparsed", str(error.status)).inc()
+
+    return LimitedHttpToolsProtocol.with_limits(limits, on_refusal=count)
 
 
 T = TypeVar("T")
