@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -499,7 +501,7 @@ def serve(config: ServerConfig) -> int:
     from realtime.app import build_app, engine_from_config
     from realtime.gc_tuning import tune_gc
     from realtime.observability.logs import configure_logging
-    from realtime.server import RealtimeServer, uvicorn_config
+    from realtime.server import RealtimeServer, listening_sockets, uvicorn_config
 
     configure_logging(config.log_level, config.log_format, config.api_keys)
     warning = open_server_warning(config)
@@ -512,9 +514,18 @@ def serve(config: ServerConfig) -> int:
         print(f"realtime: cannot start engine {config.engine!r}: {problem}", file=sys.stderr)
         return 2
     try:
+        # Bound first: a taken port is found before a model is loaded, and before
+        # uvicorn would report "Application startup complete" for a server that is not.
+        sockets = listening_sockets(config.host, config.port)
+    except OSError as exc:
+        print(f"realtime: cannot listen on {_address(config)}: {_reason(exc)}", file=sys.stderr)
+        return EXIT_CANNOT_LISTEN
+    try:
         engine = engine_from_config(config)
         app = build_app(config, engine)
     except (ValueError, ImportError) as exc:
+        for sock in sockets:
+            sock.close()
         print(f"realtime: cannot start engine {config.engine!r}: {exc}", file=sys.stderr)
         return 2
 
@@ -531,8 +542,30 @@ def serve(config: ServerConfig) -> int:
         uvicorn_config(config, app), app, config.shutdown_grace_seconds, on_listening=announce
     )
     tune_gc(config.gc_threshold)
-    server.run()
+    server.run(sockets=sockets)
     return 0
+
+
+#: `realtime serve`'s exit status when it cannot listen on --host/--port (documented in
+#: docs/howto/operate-the-server.md with the others: 0 stopped, 2 could not start).
+EXIT_CANNOT_LISTEN = 4
+
+
+def _address(config: ServerConfig) -> str:
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    return f"{host}:{config.port}"
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return "the address is already in use (another server listens there; pick another --port)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return "no network interface has this address (check --host)"
+    if exc.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privileges)"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve the host name ({exc.strerror})"
+    return exc.strerror or str(exc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

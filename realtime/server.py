@@ -103,6 +103,10 @@ class RealtimeServer(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
+        if self.started and sockets:  # uvicorn names the address only for sockets it bound
+            log_started = getattr(self, "_log_started_message", None)
+            if callable(log_started):
+                log_started(sockets)
         if self.started and self._on_listening is not None:
             self._on_listening(self.bound_port)
 
@@ -165,6 +169,36 @@ class RealtimeServer(uvicorn.Server):
                 return False
             await asyncio.sleep(0.05)
         return True
+
+
+def listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """Bound, listening sockets for `host:port`, as uvicorn's own binding would make them.
+
+    Every address the host resolves to (`localhost`: 127.0.0.1 and ::1), with
+    SO_REUSEADDR and IPv6-only IPv6 sockets, as asyncio's `create_server` does. Made
+    before the app starts, so an address that cannot be had is an error (OSError)
+    before anything is loaded. With port 0, every address gets the first one's port.
+    """
+    infos = socket.getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(sockets) > 1:
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            sock.bind(address)
+            sock.listen(2048)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
 
 
 def loopback_socket(port: int = 0, *, buffer_bytes: int | None = None) -> socket.socket:
