@@ -125,7 +125,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             if not self._in_head:
                 self._feed(data)
                 break
-            budget = self.limits.max_header_bytes - self._head_bytes
+            budget = max(self.limits.max_header_bytes - self._head_bytes, 0)
             piece, data = (data[:budget], data[budget:]) if len(data) > budget else (data, b"")
             self._head_bytes += len(piece)
             if self._head_timer is None:
