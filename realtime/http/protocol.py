@@ -93,6 +93,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         #: Between requests or inside a request's head (not its body).
         self._in_head = True
         self._head_bytes = 0
+        #: The parser has begun a request whose head is not complete.
+        self._head_begun = False
         self._header_count = 0
         self._body_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
@@ -123,13 +125,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._unset_keepalive_if_required()
         while data:
             if not self._in_head:
-                self._feed(data)
+                if not self._feed(data):
+                    return
                 break
             budget = max(self.limits.max_header_bytes - self._head_bytes, 0)
             piece, data = (data[:budget], data[budget:]) if len(data) > budget else (data, b"")
             self._head_bytes += len(piece)
-            if self._head_timer is None:
-                self._arm_head_timer()
             if piece and not self._feed(piece):
                 return
             if self._in_head and data:
@@ -142,6 +143,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                     during_body=False,
                 )
                 return
+        if self._in_head and (self._head_begun or self._head_bytes):
+            self._arm_head_timer()  # a head has begun (perhaps after a body in this read)
 
     def _feed(self, data: bytes) -> bool:
         """Parse `data`; False when the connection is done with HTTP (refused, upgraded)."""
@@ -171,6 +174,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._head_begun = True
         self._header_count = 0
         self._body_bytes = 0
 
@@ -188,6 +192,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._head_begun = False
         self._cancel_head_timer()
         try:
             length = declared_body_length(self.headers)
@@ -246,7 +251,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer = None
         if not self._in_head or self._lingering or self.transport.is_closing():
             return
-        if self._head_bytes == 0:
+        if self._head_bytes == 0 and not self._head_begun:
             # Nothing of a request arrived. Idle between requests is uvicorn's keep-alive
             # timeout; this is a connection that never sent a byte: close it quietly.
             if self.cycle is None:

@@ -152,6 +152,17 @@ def test_keep_alive_and_pipelined_requests_are_unaffected(limited):
         assert conn.response().status == 200
 
 
+def test_a_head_begun_after_a_body_in_the_same_read_is_timed_too(limited, caplog):
+    body = json.dumps(CHAT).encode()
+    first = head("POST", "/v1/chat/completions", [("Content-Length", str(len(body)))]) + body
+    with RawConnection(limited.port) as conn:
+        conn.send(first + b"GET /health HTTP/1.1\r\nHost: x\r\n")  # and then nothing
+        assert conn.response().status == 200
+        second = conn.response()
+        assert second.status == 408 and second.error_code == "request_timeout"
+    assert_quiet(caplog)
+
+
 # --- the request body ---
 
 
