@@ -22,7 +22,7 @@ import ipaddress
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote_plus, urlsplit
 
 SUBPROTOCOL = "realtime"
 KEY_SUBPROTOCOL_PREFIX = "realtime-key."
@@ -105,14 +105,43 @@ def subprotocol_key(subprotocols: Sequence[str]) -> bytes | None:
     return None
 
 
+#: `CREDENTIAL_PARAMS` spelled without separators: `api_key`, `API-Key` and `apikey` are one name.
+_CREDENTIAL_NAMES = frozenset(re.sub(r"[^a-z0-9]", "", p) for p in CREDENTIAL_PARAMS)
+
+#: Percent-decoding rounds: `%2561` is `%61` is `a`; a name still encoded after this is refused.
+_DECODE_ROUNDS = 3
+
+
+def is_credential_param(raw: bytes | str) -> bool:
+    """Whether a query parameter's name is a credential (or too encoded to tell)."""
+    return _credential_name(raw) is not False
+
+
+def _credential_name(raw: bytes | str) -> bool | None:
+    """Whether a query parameter's name is a credential; None if it cannot be decoded."""
+    name = raw.decode("latin-1") if isinstance(raw, bytes) else raw
+    for _ in range(_DECODE_ROUNDS):
+        decoded = unquote_plus(name, encoding="latin-1")
+        if decoded == name:
+            break
+        name = decoded
+    else:
+        return None
+    # Case, separators, brackets (`api_key[]`) and stray characters do not make a new name.
+    return re.sub(r"[^a-z0-9]", "", name.lower()) in _CREDENTIAL_NAMES
+
+
 def has_query_credentials(query_string: bytes) -> bool:
+    """Whether the query string names a credential, in any casing or percent-encoding.
+
+    Servers and frameworks decode names before they read them (`%61pi_key` is
+    `api_key` to them), so the check decodes too; a name that stays encoded after
+    several rounds is refused as well, since no honest client sends one.
+    """
     if not query_string:
         return False
-    for pair in query_string.split(b"&"):
-        name = pair.split(b"=", 1)[0].decode("latin-1").lower()
-        if name in CREDENTIAL_PARAMS:
-            return True
-    return False
+    pairs = re.split(rb"[&;]", query_string)
+    return any(is_credential_param(pair.split(b"=", 1)[0]) for pair in pairs)
 
 
 def is_loopback(host: str) -> bool:
@@ -134,7 +163,7 @@ def _origin_authority(origin: str) -> tuple[str, str] | None:
     if not parts.scheme or not parts.hostname:
         return None
     scheme = parts.scheme.lower()
-    default = {"http": 80, "https": 443, "ws": 80, "wss": 443}.get(scheme)
+    default = {"http": 80, "https": 443}.get(scheme)
     host = parts.hostname.lower()
     if ":" in host:
         host = f"[{host}]"
@@ -149,6 +178,10 @@ def _host_authority(host_header: str, scheme: str) -> str:
     return host_header
 
 
+#: A WebSocket request's scheme as the scheme of the page that would share its origin.
+_WEB_SCHEME = {"ws": "http", "wss": "https"}
+
+
 class OriginPolicy:
     """Which browser origins may connect (see the module docstring for the default)."""
 
@@ -157,7 +190,8 @@ class OriginPolicy:
         self.allow_all = "*" in allowed
         self._allowed = {a.lower() for a in allowed if a != "*"}
 
-    def allows(self, origin: bytes | None, host: bytes | None) -> bool:
+    def allows(self, origin: bytes | None, host: bytes | None, scheme: str = "http") -> bool:
+        """`scheme` is the request's own (the ASGI scope's, after trusted proxy headers)."""
         if origin is None:
             return True  # not a browser, or a browser not sending Origin (same-origin GET)
         text = origin.decode("latin-1").strip()
@@ -170,5 +204,10 @@ class OriginPolicy:
         parsed = _origin_authority(text)
         if parsed is None:
             return False  # "null" (sandboxed frames, file://) and garbage
-        scheme, authority = parsed
-        return authority == _host_authority(host.decode("latin-1"), scheme)
+        origin_scheme, authority = parsed
+        # An origin is scheme, host and port: a page served over https is not the same
+        # origin as this plain-HTTP server (nor the reverse), and a browser page's
+        # origin is never ws:// or wss:// (no page has one: refused).
+        if origin_scheme != _WEB_SCHEME.get(scheme, scheme):
+            return False
+        return authority == _host_authority(host.decode("latin-1"), origin_scheme)

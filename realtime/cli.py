@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -305,6 +307,13 @@ def _add_hardening_arguments(serve: argparse.ArgumentParser, d: ServerConfig) ->
         help="browser Origin allowed to connect, e.g. https://app.example.com (repeatable;"
         " '*' = any). Default: no Origin header or same origin only",
     )
+    access.add_argument(
+        "--forwarded-allow-ips",
+        default=d.forwarded_allow_ips,
+        metavar="ADDRS",
+        help="proxies whose X-Forwarded-Proto/-For are trusted: comma-separated addresses"
+        " or networks, '*' = any, '' = none (default %(default)s)",
+    )
     limits = serve.add_argument_group("limits")
     limits.add_argument(
         "--max-in-flight",
@@ -400,6 +409,39 @@ def _add_hardening_arguments(serve: argparse.ArgumentParser, d: ServerConfig) ->
         help="seconds to wait for a pong before close 1011 (default %(default)s; 0 = wait forever)",
     )
     limits.add_argument(
+        "--max-header-bytes",
+        type=_positive_int,
+        default=d.max_header_bytes,
+        help="bytes of an HTTP request line and headers; more is 431 (default %(default)s)",
+    )
+    limits.add_argument(
+        "--max-headers",
+        type=_positive_int,
+        default=d.max_header_count,
+        help="header lines per HTTP request; more is 431 (default %(default)s)",
+    )
+    limits.add_argument(
+        "--header-timeout",
+        type=_non_negative_float,
+        default=d.header_timeout_seconds,
+        help="seconds for a request's headers to arrive, then 408 and close"
+        " (default %(default)s; 0 = no limit)",
+    )
+    limits.add_argument(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=d.max_body_bytes,
+        help="bytes of an HTTP request body; more is 413, refused before it is read"
+        " (default %(default)s)",
+    )
+    limits.add_argument(
+        "--body-timeout",
+        type=_non_negative_float,
+        default=d.body_timeout_seconds,
+        help="seconds a request body may stall, then 408 and close (default %(default)s;"
+        " 0 = no limit)",
+    )
+    limits.add_argument(
         "--max-tokens-cap",
         type=_non_negative_int,
         default=0,
@@ -456,6 +498,12 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         ws_ping_interval=args.ws_ping_interval or None,
         ws_ping_timeout=args.ws_ping_timeout or None,
         max_tokens_cap=args.max_tokens_cap or None,
+        max_header_bytes=args.max_header_bytes,
+        max_header_count=args.max_headers,
+        header_timeout_seconds=args.header_timeout,
+        max_body_bytes=args.max_body_bytes,
+        body_timeout_seconds=args.body_timeout,
+        forwarded_allow_ips=args.forwarded_allow_ips,
         log_format=args.log_format,
         model_dir=args.model,
         chat_template=args.chat_template,
@@ -492,7 +540,7 @@ def serve(config: ServerConfig) -> int:
     from realtime.app import build_app, engine_from_config
     from realtime.gc_tuning import tune_gc
     from realtime.observability.logs import configure_logging
-    from realtime.server import RealtimeServer, uvicorn_config
+    from realtime.server import RealtimeServer, listening_sockets, uvicorn_config
 
     configure_logging(config.log_level, config.log_format, config.api_keys)
     warning = open_server_warning(config)
@@ -505,9 +553,18 @@ def serve(config: ServerConfig) -> int:
         print(f"realtime: cannot start engine {config.engine!r}: {problem}", file=sys.stderr)
         return 2
     try:
+        # Bound first: a taken port is found before a model is loaded, and before
+        # uvicorn would report "Application startup complete" for a server that is not.
+        sockets = listening_sockets(config.host, config.port)
+    except OSError as exc:
+        print(f"realtime: cannot listen on {_address(config)}: {_reason(exc)}", file=sys.stderr)
+        return EXIT_CANNOT_LISTEN
+    try:
         engine = engine_from_config(config)
         app = build_app(config, engine)
     except (ValueError, ImportError) as exc:
+        for sock in sockets:
+            sock.close()
         print(f"realtime: cannot start engine {config.engine!r}: {exc}", file=sys.stderr)
         return 2
 
@@ -524,8 +581,30 @@ def serve(config: ServerConfig) -> int:
         uvicorn_config(config, app), app, config.shutdown_grace_seconds, on_listening=announce
     )
     tune_gc(config.gc_threshold)
-    server.run()
+    server.run(sockets=sockets)
     return 0
+
+
+#: `realtime serve`'s exit status when it cannot listen on --host/--port (documented in
+#: docs/howto/operate-the-server.md with the others: 0 stopped, 2 could not start).
+EXIT_CANNOT_LISTEN = 4
+
+
+def _address(config: ServerConfig) -> str:
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    return f"{host}:{config.port}"
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return "the address is already in use (another server listens there; pick another --port)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return "no network interface has this address (check --host)"
+    if exc.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privileges)"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve the host name ({exc.strerror})"
+    return exc.strerror or str(exc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

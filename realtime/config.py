@@ -94,6 +94,20 @@ class ServerConfig:
     # HTTP
     #: Seconds without a chunk after which an SSE stream gets a `: keep-alive` comment.
     sse_keepalive_seconds: float = 15.0
+    #: Bytes of a request's line and headers (WebSocket handshakes too); more is 431.
+    max_header_bytes: int = 32 * 1024
+    #: Header lines per request; more is 431.
+    max_header_count: int = 100
+    #: Seconds from a request's first byte (or the connection) to the end of its
+    #: headers; then 408 and close. 0 = no limit.
+    header_timeout_seconds: float = 10.0
+    #: Bytes of a request body; a larger Content-Length is 413 before the body is read.
+    max_body_bytes: int = 8 * 1024 * 1024
+    #: Seconds a request body may stall while the server waits for it; then 408. 0 = none.
+    body_timeout_seconds: float = 30.0
+    #: Proxies (comma-separated addresses or networks, "*" = any) whose
+    #: X-Forwarded-Proto and X-Forwarded-For are believed; "" = none.
+    forwarded_allow_ips: str = "127.0.0.1,::1"
 
     #: Seconds shutdown lets in-flight requests (socket and HTTP) finish before it
     #: cancels them with a terminal frame.

@@ -87,6 +87,20 @@ LIMITS: list[tuple[str, str, str, str]] = [
     ("--max-tokens-cap", "max_tokens_cap", "tokens",
      "largest `max_tokens`; above it 400 / `error` frame `max_tokens_exceeded`;"
      " without `max_tokens` the answer stops there (`length`). Default: the model's context"),
+    ("--max-header-bytes", "max_header_bytes", "bytes",
+     "HTTP request line and headers (WebSocket handshakes too); more is 431"
+     " `request_headers_too_large`, then the connection closes"),
+    ("--max-headers", "max_header_count", "lines",
+     "header lines per HTTP request; more is 431 `request_headers_too_large`"),
+    ("--header-timeout", "header_timeout_seconds", "seconds",
+     "from a request's first byte (or the connection) to the end of its headers; then 408"
+     " `request_timeout` and close (0 = no limit)"),
+    ("--max-body-bytes", "max_body_bytes", "bytes",
+     "HTTP request body; a larger `Content-Length` is 413 `request_too_large` before the"
+     " body is read, a chunked body as soon as it passes the limit"),
+    ("--body-timeout", "body_timeout_seconds", "seconds",
+     "a request body that stalls this long while the server waits for it: 408"
+     " `request_timeout` (0 = no limit)"),
     ("--sse-keepalive", "sse_keepalive_seconds", "seconds",
      "of SSE silence before a `: keep-alive` comment"),
     ("--shutdown-grace", "shutdown_grace_seconds", "seconds",

@@ -30,8 +30,12 @@ import uvicorn
 from starlette.applications import Starlette
 
 from realtime.config import ServerConfig
+from realtime.http.protocol import LimitedHttpToolsProtocol
+from realtime.http.request_limits import HttpLimits
 from realtime.lifecycle import Lifecycle
 from realtime.observability.logs import event, protect_uvicorn_logs
+from realtime.observability.metrics import Metrics
+from realtime.protocol.errors import RealtimeError
 from realtime.ws.hub import CLOSE_SECONDS, SessionHub
 from realtime.ws.transport import RealtimeWebSocketProtocol
 
@@ -56,9 +60,29 @@ def uvicorn_config(config: ServerConfig, app: Starlette) -> uvicorn.Config:
         log_config=None,
         timeout_graceful_shutdown=_UVICORN_FINAL_SECONDS,
         lifespan="on",
+        http=http_protocol(config, app),
+        forwarded_allow_ips=config.forwarded_allow_ips,
     )
     protect_uvicorn_logs(config.api_keys)
     return result
+
+
+def http_protocol(config: ServerConfig, app: Starlette) -> type[LimitedHttpToolsProtocol]:
+    """uvicorn's httptools protocol bound to the config's request limits."""
+    limits = HttpLimits(
+        max_header_bytes=config.max_header_bytes,
+        max_header_count=config.max_header_count,
+        header_timeout=config.header_timeout_seconds,
+        max_body_bytes=config.max_body_bytes,
+        body_timeout=config.body_timeout_seconds,
+    )
+    metrics: Metrics | None = getattr(app.state, "metrics", None)
+
+    def count(error: RealtimeError) -> None:
+        if metrics is not None:  # refused before routing: no route template to name
+            metrics.http_responses.labels("unparsed", str(error.status)).inc()
+
+    return LimitedHttpToolsProtocol.with_limits(limits, on_refusal=count)
 
 
 T = TypeVar("T")
@@ -79,6 +103,10 @@ class RealtimeServer(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
+        if self.started and sockets:  # uvicorn names the address only for sockets it bound
+            log_started = getattr(self, "_log_started_message", None)
+            if callable(log_started):
+                log_started(sockets)
         if self.started and self._on_listening is not None:
             self._on_listening(self.bound_port)
 
@@ -141,6 +169,36 @@ class RealtimeServer(uvicorn.Server):
                 return False
             await asyncio.sleep(0.05)
         return True
+
+
+def listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """Bound, listening sockets for `host:port`, as uvicorn's own binding would make them.
+
+    Every address the host resolves to (`localhost`: 127.0.0.1 and ::1), with
+    SO_REUSEADDR and IPv6-only IPv6 sockets, as asyncio's `create_server` does. Made
+    before the app starts, so an address that cannot be had is an error (OSError)
+    before anything is loaded. With port 0, every address gets the first one's port.
+    """
+    infos = socket.getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(sockets) > 1:
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            sock.bind(address)
+            sock.listen(2048)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
 
 
 def loopback_socket(port: int = 0, *, buffer_bytes: int | None = None) -> socket.socket:

@@ -21,16 +21,22 @@ tokenizer half (`train_tokenizer`) works with `tokenizers` alone.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+from realtime.install import CPU_INSTALL_HINT
 
 #: Trained BPE vocabulary (byte alphabet + merges), before the added tokens.
 BPE_VOCAB_SIZE = 640
@@ -455,9 +461,56 @@ def main(argv: list[str] | None = None) -> int:
         num_layers=args.layers,
         context_length=args.context_length,
     )
-    path = build_tiny_model(args.directory, seed=args.seed, template=args.template, size=size)
+    missing = _missing_weight_libraries()
+    if missing:
+        print(
+            f"python -m realtime.tiny_model: writing the weights needs {' and '.join(missing)},"
+            f" which {'is' if len(missing) == 1 else 'are'} not installed: {CPU_INSTALL_HINT}",
+            file=sys.stderr,
+        )
+        return 1
+    target = Path(args.directory)
+    path = publish(
+        target,
+        lambda scratch: build_tiny_model(
+            scratch, seed=args.seed, template=args.template, size=size
+        ),
+    )
     print(path)
     return 0
+
+
+def _missing_weight_libraries() -> list[str]:
+    """torch and transformers, if absent (transformers only looked up: without torch,
+    importing it prints a warning of its own)."""
+    missing = []
+    try:
+        importlib.import_module("torch")
+    except ImportError:
+        missing.append("torch")
+    if importlib.util.find_spec("transformers") is None:
+        missing.append("transformers")
+    return missing
+
+
+def publish(target: Path, build: Callable[[Path], object]) -> Path:
+    """Run `build` in a scratch directory beside `target`, then move its files into `target`.
+
+    A build that fails (an import, a full disk, Ctrl-C) leaves `target` as it was:
+    absent, or with its old files, never half-written.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-building-", dir=target.parent))
+    try:
+        build(scratch)
+        if not target.exists():
+            os.replace(scratch, target)
+        else:
+            for path in scratch.iterdir():
+                os.replace(path, target / path.name)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target
 
 
 if __name__ == "__main__":

@@ -65,6 +65,18 @@ def test_subprotocol_key():
         (b"x=1&Token=abc", True),
         (b"access_token", True),
         (b"keyboard=1", False),
+        (b"monkey=1&tokens=3", False),
+        # every spelling a server would decode to a credential name
+        (b"%61pi_key=sk", True),
+        (b"API_KEY=sk", True),
+        (b"Api-Key=sk", True),
+        (b"api%5Fkey=sk", True),
+        (b"api%255Fkey=sk", True),  # encoded twice
+        (b"api+key=sk", True),
+        (b"api_key[]=sk", True),
+        (b"x=1;api_key=sk", True),
+        (b"%25252525252561=sk", True),  # still encoded after every round: refused
+        (b"q=api_key", False),  # a value, not a name
     ],
 )
 def test_credential_query_parameters(query, refused):
@@ -86,13 +98,34 @@ def test_default_origin_policy_allows_no_origin_and_same_origin_only():
     assert policy.allows(None, host)
     assert policy.allows(b"http://127.0.0.1:8000", host)
     assert policy.allows(b"http://LOCALHOST:8000", b"localhost:8000")
-    assert policy.allows(b"https://example.com", b"example.com")  # default port 443
+    assert policy.allows(b"https://example.com", b"example.com", "https")  # default port 443
+    assert policy.allows(b"https://example.com", b"example.com", "wss")
     assert policy.allows(b"http://[::1]:8000", b"[::1]:8000")
     assert not policy.allows(b"http://127.0.0.1:9000", host)
     assert not policy.allows(b"https://evil.example", host)
     assert not policy.allows(b"null", host)
     assert not policy.allows(b"http://127.0.0.1:8000", None)
     assert not policy.allows(b"not a url", host)
+
+
+@pytest.mark.parametrize(
+    ("origin", "scheme", "allowed"),
+    [
+        (b"http://127.0.0.1:8000", "http", True),
+        (b"http://127.0.0.1:8000", "ws", True),
+        (b"https://127.0.0.1:8000", "http", False),  # same host:port, another scheme
+        (b"https://127.0.0.1:8000", "ws", False),
+        (b"ws://127.0.0.1:8000", "http", False),  # no page has a ws: origin
+        (b"ws://127.0.0.1:8000", "ws", False),
+        (b"wss://127.0.0.1:8000", "wss", False),
+        (b"HTTPS://127.0.0.1:8000", "https", True),  # behind a TLS proxy
+        (b"https://127.0.0.1:8000", "wss", True),
+        (b"http://127.0.0.1:8000", "https", False),
+        (b"http://127.0.0.1:8000", "wss", False),
+    ],
+)
+def test_same_origin_means_the_same_scheme_too(origin, scheme, allowed):
+    assert OriginPolicy().allows(origin, b"127.0.0.1:8000", scheme) is allowed
 
 
 def test_allowed_origin_list_and_star():
@@ -122,3 +155,47 @@ def test_redact_filter_rewrites_records():
     )
     RedactSecrets().filter(record)
     assert "abc" not in record.getMessage()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '"GET /v1/models?%61pi_key=sk-canary HTTP/1.1" 400',
+        '"GET /health?x=1&API-KEY=sk-canary HTTP/1.1" 400',
+        '"GET /v1/realtime?api%255Fkey=sk-canary HTTP/1.1" 400',
+        "< authorization: sk-canary",
+        "< Authorization: Basic sk-canary",
+        "< x-api-key: sk-canary",
+        "< sec-websocket-protocol: realtime, realtime-key.sk-canary,, ;x",
+    ],
+)
+def test_redaction_decodes_names_and_covers_credential_headers(line):
+    cleaned = redact(line)
+    assert "sk-canary" not in cleaned and "[redacted]" in cleaned
+
+
+def test_redaction_leaves_other_query_parameters_alone():
+    assert redact("GET /v1/models?monkey=1&q=api_key") == "GET /v1/models?monkey=1&q=api_key"
+
+
+def _record_with_exception(message: str) -> logging.LogRecord:
+    try:
+        raise ValueError(f"invalid Sec-WebSocket-Protocol header: {message}")
+    except ValueError:
+        import sys
+
+        exc_info = sys.exc_info()
+    record = logging.LogRecord("uvicorn.error", logging.DEBUG, __file__, 1, "! bad", (), exc_info)
+    record.fields = {"path": "/v1/models?token=sk-canary", "status": 400}  # type: ignore[attr-defined]
+    return record
+
+
+def test_redact_filter_cleans_tracebacks_and_fields_for_every_formatter():
+    from realtime.observability.logs import JsonFormatter, TextFormatter
+
+    record = _record_with_exception("realtime, realtime-key.sk-canary,,")
+    RedactSecrets(["sk-literal"]).filter(record)
+    for formatter in (JsonFormatter(), TextFormatter(), logging.Formatter()):
+        text = formatter.format(record)
+        assert "sk-canary" not in text
+        assert "Traceback" in text or "exception" in text

@@ -65,3 +65,42 @@ def test_serve_rejects_a_zero_queue_size():
         timeout=30,
     )
     assert result.returncode == 2 and "must be at least 1" in result.stderr
+
+
+def test_serve_on_a_port_in_use_names_the_address_and_exits_4():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "realtime", "serve", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 4
+    assert result.stdout == ""
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("INFO")]
+    assert lines == [
+        f"realtime: cannot listen on 127.0.0.1:{port}: the address is already in use"
+        " (another server listens there; pick another --port)"
+    ]
+    # Refused before anything started: no startup reported, no traceback, no ERROR line.
+    assert "startup complete" not in result.stderr and "Traceback" not in result.stderr
+    assert "ERROR" not in result.stderr
+
+
+def test_listening_sockets_bind_every_address_of_the_host_on_one_port():
+    from realtime.server import listening_sockets
+
+    sockets = listening_sockets("localhost", 0)
+    try:
+        ports = {sock.getsockname()[1] for sock in sockets}
+        assert len(ports) == 1 and 0 not in ports
+        with pytest.raises(OSError):
+            listening_sockets("127.0.0.1", ports.pop())
+    finally:
+        for sock in sockets:
+            sock.close()

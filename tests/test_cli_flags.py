@@ -47,9 +47,34 @@ def test_ping_settings_reach_uvicorn():
     assert uv.ws_ping_interval == 3 and uv.ws_ping_timeout is None
 
 
+def test_http_limit_flags_reach_the_config_and_uvicorn():
+    from realtime.app import build_app
+    from realtime.http.protocol import LimitedHttpToolsProtocol
+
+    config = _config(
+        "--max-header-bytes", "2048", "--max-headers", "7", "--header-timeout", "2.5",
+        "--max-body-bytes", "1000", "--body-timeout", "0", "--forwarded-allow-ips", "10.0.0.5",
+    )  # fmt: skip
+    assert (config.max_header_bytes, config.max_header_count) == (2048, 7)
+    assert (config.header_timeout_seconds, config.body_timeout_seconds) == (2.5, 0)
+    assert config.max_body_bytes == 1000 and config.forwarded_allow_ips == "10.0.0.5"
+    uv = uvicorn_config(config, build_app(config))
+    assert uv.forwarded_allow_ips == "10.0.0.5"
+    protocol = uv.http
+    assert isinstance(protocol, type) and issubclass(protocol, LimitedHttpToolsProtocol)
+    limits = protocol.limits
+    assert (limits.max_header_bytes, limits.max_header_count) == (2048, 7)
+    assert (limits.header_timeout, limits.max_body_bytes, limits.body_timeout) == (2.5, 1000, 0)
+
+
 @pytest.mark.parametrize(
     "argv",
     [
+        ["--max-header-bytes", "0"],
+        ["--max-headers", "0"],
+        ["--header-timeout", "-1"],
+        ["--max-body-bytes", "0"],
+        ["--body-timeout", "-1"],
         ["--api-key", "has space"],
         ["--max-in-flight", "0"],
         ["--max-connections", "0"],

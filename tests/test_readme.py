@@ -31,3 +31,23 @@ def test_documentation_links_resolve():
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         for target in re.findall(r"\]\(([^)#:]+\.md)(?:#[^)]*)?\)", doc.read_text()):
             assert (doc.parent / target).resolve().exists(), f"{doc.name} links to missing {target}"
+
+
+def test_every_cpu_install_step_passes_the_constraints_file():
+    """`pip install '.[cpu]'` alone resolves the newest torch: CUDA, with GBs of nvidia-*."""
+    from realtime.install import CPU_INSTALL_HINT
+
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    docs += sorted((ROOT / "clients").rglob("*.md"))
+    steps = [
+        line
+        for doc in docs
+        for line in doc.read_text().splitlines()
+        if re.search(r"pip install .*\[[a-z,]*cpu", line)
+    ]
+    assert len(steps) >= 4  # README, quickstart, serve-a-model, the agent's README
+    for step in steps:
+        assert "-c constraints.txt" in step, step
+    assert "-c constraints.txt" in CPU_INSTALL_HINT and "[cpu]" in CPU_INSTALL_HINT
+    pins = (ROOT / "constraints.txt").read_text()
+    assert re.search(r"^torch==\d+\.\d+\.\d+$", pins, re.M), "torch must be pinned exactly"

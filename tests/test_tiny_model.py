@@ -171,3 +171,41 @@ def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert {path.name for path in target.iterdir()} == FILES
     config = json.loads((target / "tokenizer_config.json").read_text())
     assert config["bos_token"] == "<|begin_of_text|>"
+
+
+def test_without_torch_the_cli_says_so_in_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    target = tmp_path / "model"
+    # As if torch were not installed: an import of it fails.
+    code = (
+        "import sys; sys.modules['torch'] = None; "
+        "from realtime.tiny_model import main; raise SystemExit(main(sys.argv[1:]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(target)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "needs torch" in lines[0] and "-c constraints.txt" in lines[0]
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_build_that_fails_leaves_no_half_written_directory(tmp_path: Path, monkeypatch) -> None:
+    import realtime.tiny_model as tiny
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tiny, "_save_weights", fail)  # after the tokenizer files are written
+    target = tmp_path / "model"
+    with pytest.raises(OSError, match="disk full"):
+        main([str(target)])
+    assert list(tmp_path.iterdir()) == []
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "keep.txt").write_text("mine")
+    with pytest.raises(OSError):
+        main([str(existing)])
+    assert [p.name for p in existing.iterdir()] == ["keep.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["existing"]

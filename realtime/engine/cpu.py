@@ -9,7 +9,7 @@ so `info` is available before `start()`; the weights are loaded by `start()`, on
 engine thread that will own them for the engine's lifetime (`ThreadedEngineCore`).
 The event loop only hands work to that thread and collects tokens.
 
-torch and transformers are optional (`pip install 'realtime[cpu]'`); this module is
+torch and transformers are optional (`realtime.install.CPU_INSTALL_HINT`); this module is
 imported only when the cpu engine is chosen.
 """
 
@@ -19,13 +19,13 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from pathlib import Path
 
+from realtime.install import CPU_INSTALL_HINT
+
 try:
     import torch
     import transformers
 except ImportError as exc:  # pragma: no cover - depends on the installation
-    raise ImportError(
-        "the cpu engine needs torch and transformers: pip install 'realtime[cpu]'"
-    ) from exc
+    raise ImportError(f"the cpu engine needs torch and transformers: {CPU_INSTALL_HINT}") from exc
 
 from realtime.chat.model_dir import ModelFiles, load_model_dir
 from realtime.engine.base import EngineOutput, EngineRequest, ModelInfo

@@ -16,7 +16,7 @@ def _echo(**options: Any) -> Engine:
 
 
 def _cpu(**options: Any) -> Engine:
-    # cpu.py imports torch; without it the ImportError says: pip install 'realtime[cpu]'.
+    # cpu.py imports torch; without it the ImportError says how to install it.
     from realtime.engine.cpu import CpuEngine
 
     return CpuEngine(**options)

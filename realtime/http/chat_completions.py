@@ -20,7 +20,7 @@ from contextlib import aclosing
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from realtime.http.errors import error_response
@@ -122,6 +122,9 @@ async def chat_completions(request: Request) -> Response:
         apply_max_tokens_cap(prepared, state.config.max_tokens_cap)
     except RealtimeError as exc:
         outcome.finish("error", error=exc)
+        raise
+    except ClientDisconnect:  # gone during the body upload; answered by `openai_errors`
+        outcome.finish("cancelled", cause="disconnect")
         raise
     outcome.usage, outcome.response_id = prepared.delta.usage, prepared.delta.id
     return await respond(

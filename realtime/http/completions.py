@@ -6,7 +6,7 @@ Parsing differs from chat; serving does not: `begin` and `respond` (shared with
 
 from __future__ import annotations
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from realtime.completions import CompletionPipeline
@@ -30,6 +30,9 @@ async def completions(request: Request) -> Response:
         cap_output(stops, asked, "max_tokens", state.config.max_tokens_cap)
     except RealtimeError as exc:
         outcome.finish("error", error=exc)
+        raise
+    except ClientDisconnect:  # gone during the body upload; answered by `openai_errors`
+        outcome.finish("cancelled", cause="disconnect")
         raise
     outcome.usage, outcome.response_id = prepared.chunks.usage, prepared.chunks.id
     return await respond(

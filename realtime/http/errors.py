@@ -7,10 +7,11 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from realtime.http.responses import ORJSONResponse
+from realtime.observability.logs import event
 from realtime.protocol.errors import InternalError, InvalidRequestError, RealtimeError
 
 log = logging.getLogger("realtime.http")
@@ -42,6 +43,11 @@ def openai_errors(endpoint: Endpoint) -> Endpoint:
             return await endpoint(request)
         except RealtimeError as exc:
             return error_response(exc)
+        except ClientDisconnect:
+            # The client hung up (or its body was refused) before the request was read:
+            # nobody to answer, nothing went wrong here.
+            event(log, "http.client_gone", logging.DEBUG, path=request.url.path)
+            return Response(status_code=499)
         except Exception:
             log.exception("unhandled error on %s %s", request.method, request.url.path)
             return error_response(InternalError())

@@ -4,8 +4,9 @@ A pure ASGI middleware, so a WebSocket is refused with an HTTP response *before*
 the upgrade (the ASGI `websocket.http.response` extension, which uvicorn
 implements): a browser never gets an open socket it is not allowed to have, and
 a client sees a status code (401, 403) instead of a socket that opens and
-closes. Order of the checks: a key in the query string (400, never read), the
-Origin (403), the key (401). `/health` and `/ready` are open for load balancers;
+closes. Order of the checks: a key in the query string (400, never read, on
+every path), the Origin (403), the key (401). `/health` and `/ready` are open for
+load balancers (no Origin or key check);
 `open_paths` is a live set (`app.state.open_paths`), so routes that must load
 without a key, such as a static page that then asks the user for one, can be
 added to it.
@@ -60,7 +61,7 @@ class AccessGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
-        if kind not in ("http", "websocket") or scope["path"] in self.open_paths:
+        if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         error = self.check(scope)
@@ -87,13 +88,17 @@ class AccessGuard:
 
     def check(self, scope: Scope) -> RealtimeError | None:
         headers = scope["headers"]
+        # On every path, open ones too: the key is in a URL that logs keep either way.
         if has_query_credentials(scope.get("query_string", b"")):
             return CredentialsInQueryError(
                 "API keys are not accepted in the query string; send the header "
                 "`Authorization: Bearer <key>` (or, from a browser WebSocket, the "
                 "subprotocol realtime-key.<key>)"
             )
-        if not self.origins.allows(header(headers, b"origin"), header(headers, b"host")):
+        if scope["path"] in self.open_paths:
+            return None
+        origin, host = header(headers, b"origin"), header(headers, b"host")
+        if not self.origins.allows(origin, host, scope.get("scheme", "http")):
             return OriginNotAllowedError(
                 "this Origin is not allowed to use the server; see --allowed-origin"
             )

@@ -19,13 +19,34 @@ from typing import Any
 
 import orjson
 
-from realtime.auth import CREDENTIAL_PARAMS
+from realtime.auth import is_credential_param
 
-_QUERY_SECRET = re.compile(
-    r"(?i)([?&](?:" + "|".join(re.escape(p) for p in sorted(CREDENTIAL_PARAMS)) + r")=)[^&\s\"']*"
-)
+#: A query parameter: separator, name, "=", value. The name is decoded before it is judged.
+_QUERY_PARAM = re.compile(r"([?&;])([^=&;\s\"'?#]+)=([^&;\s\"'#]*)")
 _BEARER = re.compile(r"(?i)(bearer\s+)[^\s\"']+")
 _KEY_SUBPROTOCOL = re.compile(r"(realtime-key\.)[^\s,\"']+")
+#: Header lines that carry credentials, as debug logs print them ("< authorization: ...").
+_CREDENTIAL_HEADER = re.compile(
+    r"(?i)((?:proxy-)?authorization|x-api-key|api-key|cookie)(\s*[:=]\s*)[^\r\n\"']+"
+)
+
+#: A JSON string member, as debug logs quote frames and bodies: `"api_key": "..."`. Only
+#: unmistakable names: `token` and `key` are everyday JSON (logprobs have `token`).
+_JSON_MEMBER = re.compile(r'("([^"\\]{1,64})"\s*:\s*")([^"]*)')
+_JSON_SECRET_NAMES = frozenset({"apikey", "accesstoken", "authorization"})
+
+
+def _redact_json_member(match: re.Match[str]) -> str:
+    if re.sub(r"[^a-z0-9]", "", match[2].lower()) in _JSON_SECRET_NAMES:
+        return f"{match[1]}[redacted]"
+    return match[0]
+
+
+def _redact_query_param(match: re.Match[str]) -> str:
+    if is_credential_param(match[2]):
+        return f"{match[1]}{match[2]}=[redacted]"
+    return match[0]
+
 
 _RESERVED = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "fields"}
 
@@ -37,7 +58,11 @@ def event(logger: logging.Logger, name: str, level: int = logging.INFO, **fields
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    text = _QUERY_SECRET.sub(r"\1[redacted]", text)
+    if "=" in text:
+        text = _QUERY_PARAM.sub(_redact_query_param, text)
+    if '"' in text:
+        text = _JSON_MEMBER.sub(_redact_json_member, text)
+    text = _CREDENTIAL_HEADER.sub(r"\1\2[redacted]", text)
     text = _BEARER.sub(r"\1[redacted]", text)
     text = _KEY_SUBPROTOCOL.sub(r"\1[redacted]", text)
     for secret in secrets:
@@ -47,7 +72,13 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
 
 
 class RedactSecrets(logging.Filter):
-    """Rewrites a record's message with credentials replaced by `[redacted]`."""
+    """Rewrites a record with credentials replaced by `[redacted]`.
+
+    The message, its structured fields, and its traceback: an exception's text can
+    quote what a client sent (websockets' header errors quote the whole header), so
+    the traceback is formatted here, redacted, and left in `exc_text`, which every
+    formatter prints instead of formatting `exc_info` again.
+    """
 
     def __init__(self, secrets: Iterable[str] = ()):
         super().__init__()
@@ -58,7 +89,23 @@ class RedactSecrets(logging.Filter):
         cleaned = redact(message, self.secrets)
         if cleaned != message:
             record.msg, record.args = cleaned, None
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and not record.exc_text:
+            trace = _PLAIN.formatException((type(exc), exc, exc.__traceback__))
+            record.exc_text = redact(trace, self.secrets)
+        elif record.exc_text:  # already formatted (by another handler): redact it too
+            record.exc_text = redact(record.exc_text, self.secrets)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info, self.secrets)
+        fields = getattr(record, "fields", None)
+        if fields:
+            record.fields = {
+                k: redact(v, self.secrets) if isinstance(v, str) else v for k, v in fields.items()
+            }
         return True
+
+
+_PLAIN = logging.Formatter()
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
@@ -81,7 +128,9 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
             **fields,
         }
-        if record.exc_info:
+        if record.exc_text:  # formatted, and redacted, by `RedactSecrets`
+            line["exception"] = record.exc_text
+        elif record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(line, default=str).decode()
 

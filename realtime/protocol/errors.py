@@ -94,6 +94,27 @@ class CredentialsInQueryError(InvalidRequestError):
     default_code = "credentials_in_query"
 
 
+class RequestHeadersTooLargeError(InvalidRequestError):
+    """The request line and headers exceed `--max-header-bytes` or `--max-headers`."""
+
+    status = 431
+    default_code = "request_headers_too_large"
+
+
+class RequestTooLargeError(InvalidRequestError):
+    """A request body over `--max-body-bytes`: refused before it is buffered."""
+
+    status = 413
+    default_code = "request_too_large"
+
+
+class RequestTimeoutError(InvalidRequestError):
+    """Headers slower than `--header-timeout`, or a body stalled for `--body-timeout`."""
+
+    status = 408
+    default_code = "request_timeout"
+
+
 # --- access: who may connect (answered before any work, on HTTP and at the handshake) ---
 
 

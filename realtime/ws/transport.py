@@ -28,9 +28,11 @@ blocking the request inside a send while the client is behind.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+from realtime.ws.handshake import redacting_copy
 
 if TYPE_CHECKING:
     from uvicorn._types import ASGISendEvent
@@ -42,6 +44,11 @@ WRITABLE_EXTENSION = "realtime.writable"
 
 class RealtimeWebSocketProtocol(WebSocketsSansIOProtocol):
     _failed = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Handshake refusals name the bad header, never quote it (realtime.ws.handshake).
+        self.conn = redacting_copy(self.conn)
 
     def handle_connect(self, event: Request) -> None:
         super().handle_connect(event)

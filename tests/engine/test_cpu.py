@@ -262,7 +262,7 @@ def test_a_missing_torch_says_how_to_install_it() -> None:
         "    print(exc)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
-    assert "pip install 'realtime[cpu]'" in done.stdout
+    assert "pip install -c constraints.txt -e '.[cpu]'" in done.stdout
 
 
 # --- outputs ---
