@@ -44,8 +44,8 @@ from realtime.engine.exllamav2 import (
 )
 from realtime.engine.registry import create_engine
 from realtime.protocol.errors import EngineUnavailableError, InvalidRequestError
+from realtime.testing import fake_exllamav2 as fake
 from tests.conftest import RunningServer, start_server
-from tests.engine import fake_exllamav2 as fake
 
 pytestmark = pytest.mark.anyio
 pytest_plugins = ["tests.model_fixtures"]
@@ -408,12 +408,14 @@ async def test_cached_tokens_are_reported_once_and_count_reused_pages(exl, model
         first = await outputs(engine, request(prompt, max_tokens=3))
         second = await outputs(engine, request(prompt, max_tokens=3))
         other = await outputs(engine, request([7, *prompt[1:]], max_tokens=3))
-    for outs, expected in ((first, 0), (second, 512), (other, 0)):
+    # The second prompt finds both full pages by hash and copies the rest of its
+    # prompt (87 tokens, all but the last) from the first job's partial page.
+    for outs, expected in ((first, 0), (second, 599), (other, 0)):
         reported = [out.cached_tokens for out in outs if out.cached_tokens is not None]
         assert reported == [expected]
-    # The reused pages were not prefilled again: only the partial page was.
-    prefill = [n for stage, ident, n in exl.forwards if stage == "prefill" and ident == 2]
-    assert prefill == [600 - 512 - 1]
+    prefill = [n for stage, ident, n in exl.forwards if stage == "prefill"]
+    assert prefill == [599, 599]  # the first and the third; the second computed nothing
+    assert [(ident, tokens) for ident, _, tokens in exl.copies] == [(2, 87)]
 
 
 class CannedGenerator:
@@ -545,11 +547,13 @@ async def test_a_generator_exception_fails_the_active_requests_and_the_engine_re
     exl, model_dir, stage
 ):
     prompt = list(range(300))  # more than a page, so the prefix cache matters
+    # The failing request shares the first page but not the rest, so it prefills.
+    diverging = [*prompt[:256], *range(400, 444)]
     async with running(ExLlamaV2Engine(model_dir)) as engine:
         before = await outputs(engine, request(prompt, max_tokens=3))
         exl.fail_next = (stage, RuntimeError("CUDA error: an illegal memory access"))
         with pytest.raises(EngineUnavailableError) as failure:
-            await outputs(engine, request(prompt, max_tokens=3))
+            await outputs(engine, request(diverging, max_tokens=3))
         after = await outputs(engine, request(prompt, max_tokens=3))
     assert "RuntimeError" in failure.value.message
     assert "illegal memory access" not in failure.value.message  # no internals to clients
