@@ -64,7 +64,7 @@ and renumbers them; pages keep their identity) and the timing of a real GPU.
 The "model" is `state.logits_fn(sequence, prompt_length)`, a deterministic
 function tests can replace; `state.forwards` counts every forward
 pass per job identifier, `state.copies` every partial page copied, each job's
-`reused_pages` and each page's `writers` say whose KV was reused by whom,
+`reused` (pages and their writers then) say whose KV was reused by whom,
 `state.fail_next` makes the next forward pass raise, and `state.step_gate` holds
 the engine thread at the end of each `iterate()`.
 """
@@ -726,8 +726,9 @@ class ExLlamaV2DynamicJob:
         self.cached_tokens = 0
         self.all_unique_hashes: list[bytes] = []
         #: The fake's record, for tests: every page whose KV this job used without
-        #: computing it (whole pages found by hash, and partial pages copied from).
-        self.reused_pages: list[CachePage] = []
+        #: computing it (whole pages found by hash, and partial pages copied from),
+        #: with the page's writers at that moment.
+        self.reused: list[tuple[CachePage, frozenset[Any]]] = []
         state.jobs.append(self)
 
     def __repr__(self) -> str:
@@ -815,7 +816,7 @@ class ExLlamaV2DynamicJob:
                     break
                 seq.kv_position += page_size
                 self.cached_pages += 1
-                self.reused_pages.append(page)
+                self.reused.append((page, page.writers))
 
     def deallocate_pages(self) -> None:
         """Lines 2631-2642. Unpaged, the one page keeps what it holds for the next job."""
@@ -858,7 +859,7 @@ class ExLlamaV2DynamicJob:
                     start = (index + 1) * page_size
                     seq.kv_position = start
                     self.cached_pages += 1
-                    self.reused_pages.append(page)
+                    self.reused.append((page, page.writers))
                     page.can_revert = False
                 # ... and the chunk stops at the next one.
                 for index in range(start // page_size, p1):
@@ -888,7 +889,7 @@ class ExLlamaV2DynamicJob:
                         page.kv_position = best
                         page.can_revert = False
                         state.copies.append((self.identifier, best_page.page_index, best))
-                        self.reused_pages.append(best_page)
+                        self.reused.append((best_page, best_page.writers))
                         ids = ids[best:]
                         start += best
                         seq.kv_position += best
@@ -904,7 +905,9 @@ class ExLlamaV2DynamicJob:
                         page.sequence, ids, min(page.kv_position_revert, end_of_prompt)
                     )
                     if match:
-                        self.reused_pages.append(page)
+                        # The KV kept is the previous job's (the backup's), now this job's too.
+                        self.reused.append((page, page.writers_revert))
+                        page.writers = page.writers_revert
                     ids = ids[match:]
                     seq.kv_position = page.kv_position = start = match
                     self.cached_tokens += match
