@@ -517,5 +517,3 @@ def _logprob(prob: float) -> float:
     if prob <= 0.0:
         return MIN_LOGPROB
     return max(MIN_LOGPROB, min(0.0, math.log(prob)))
-
-
