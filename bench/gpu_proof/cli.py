@@ -66,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--budget",
         type=float,
-        default=540.0,
+        default=480.0,
         help="seconds after which no new phase starts (default %(default)s)",
     )
     return parser
