@@ -102,3 +102,17 @@ def test_the_markdown_table_says_dry_run(dry_run: Path) -> None:
         assert row in table
     assert "cached_tokens on the second turn" in table
     assert "engine steps after the close is read" in table
+
+
+def test_without_carried_wheels_the_gpu_run_stops_at_once_and_says_why(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        ["bash", "scripts/gpu-proof", "--out", str(tmp_path / "out")],
+        cwd=ROOT,
+        env={**os.environ, "PYTHON": sys.executable, "GPU_PROOF_WHEELS": str(tmp_path / "none")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 3
+    assert "no carried wheels" in completed.stderr and "scripts/gpu-wheels" in completed.stderr
+    assert not (tmp_path / "out").exists()  # nothing ran
