@@ -15,6 +15,7 @@ import math
 import subprocess
 import sys
 import threading
+import types
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
@@ -29,6 +30,7 @@ from realtime.chat.model_dir import ModelFiles, load_model_dir
 from realtime.config import ServerConfig
 from realtime.engine.auto import can_run_exllamav2, choose_engine, resolve_engine_name
 from realtime.engine.base import (
+    BACKGROUND_PRIORITY,
     EngineOutput,
     EngineRequest,
     FinishReason,
@@ -44,8 +46,8 @@ from realtime.engine.exllamav2 import (
 )
 from realtime.engine.registry import create_engine
 from realtime.protocol.errors import EngineUnavailableError, InvalidRequestError
-from tests.conftest import RunningServer, start_server
-from tests.engine import fake_exllamav2 as fake
+from realtime.testing import fake_exllamav2 as fake
+from tests.conftest import RunningServer, start_server, wait_until
 
 pytestmark = pytest.mark.anyio
 pytest_plugins = ["tests.model_fixtures"]
@@ -408,12 +410,14 @@ async def test_cached_tokens_are_reported_once_and_count_reused_pages(exl, model
         first = await outputs(engine, request(prompt, max_tokens=3))
         second = await outputs(engine, request(prompt, max_tokens=3))
         other = await outputs(engine, request([7, *prompt[1:]], max_tokens=3))
-    for outs, expected in ((first, 0), (second, 512), (other, 0)):
+    # The second prompt finds both full pages by hash and copies the rest of its
+    # prompt (87 tokens, all but the last) from the first job's partial page.
+    for outs, expected in ((first, 0), (second, 599), (other, 0)):
         reported = [out.cached_tokens for out in outs if out.cached_tokens is not None]
         assert reported == [expected]
-    # The reused pages were not prefilled again: only the partial page was.
-    prefill = [n for stage, ident, n in exl.forwards if stage == "prefill" and ident == 2]
-    assert prefill == [600 - 512 - 1]
+    prefill = [n for stage, ident, n in exl.forwards if stage == "prefill"]
+    assert prefill == [599, 599]  # the first and the third; the second computed nothing
+    assert [(ident, tokens) for ident, _, tokens in exl.copies] == [(2, 87)]
 
 
 class CannedGenerator:
@@ -470,6 +474,233 @@ def test_other_eos_reasons_end_with_stop_and_keep_their_tokens(exl, reason):
     assert out.finish_reason is FinishReason.STOP and not out.stopped_on_token
     assert out.cached_tokens == 256
     assert not backend.has_work()
+
+
+# --- cache_salt -------------------------------------------------------------------
+
+
+def salted(prompt: list[int], salt: str | None, *, max_tokens: int = 2) -> EngineRequest:
+    return EngineRequest(
+        f"salt-{salt}", prompt, stop=StopConditions(max_tokens=max_tokens), cache_salt=salt
+    )
+
+
+def cached_of(outs: list[EngineOutput]) -> int | None:
+    (reported,) = [out.cached_tokens for out in outs if out.cached_tokens is not None]
+    return reported
+
+
+def assert_reuse_within_salts(exl: fake.FakeState, salts: list[str | None]) -> None:
+    """Every page a job used without computing it holds only KV of its own salt."""
+    salt_of = {job.identifier: salt for job, salt in zip(exl.jobs, salts, strict=True)}
+    for job in exl.jobs:
+        for _, writers in job.reused:
+            assert writers, "a reused page holds someone's KV"
+            assert {salt_of[w] for w in writers} == {salt_of[job.identifier]}, (
+                f"job {job.identifier} ({salt_of[job.identifier]!r}) reused the KV of "
+                f"jobs {sorted(writers)}"
+            )
+
+
+SYSTEM = [(i * 7) % 600 for i in range(600)]
+PROMPT = [*SYSTEM, 1, 2, 3]  # two full pages and 91 tokens: whole pages and a partial copy
+
+
+async def test_salted_requests_never_reuse_pages_made_under_another_salt(exl, model_dir):
+    salts = ["a", "b", None, "a", "b", None, ""]
+    async with running(ExLlamaV2Engine(model_dir)) as engine:
+        cached = [cached_of(await outputs(engine, salted(PROMPT, salt))) for salt in salts]
+    # Each salt's first request computes the whole prompt, even though the same prompt
+    # is in the cache under another salt; its second reuses all of it but the last token.
+    assert cached == [0, 0, 0, 602, 602, 602, 0]
+    assert_reuse_within_salts(exl, salts)
+    assert {n for _, _, n in exl.copies} == {90}  # the partial pages were copied too
+
+
+async def test_pages_filled_while_decoding_stay_with_their_salt(exl, model_dir):
+    async with running(ExLlamaV2Engine(model_dir)) as engine:
+        # 200 prompt tokens and 100 more decoded: the first page completes while decoding.
+        await outputs(engine, salted(SYSTEM[:200], "a", max_tokens=100))
+        follow_up = [*exl.jobs[0].sequence_ids[:256], 9, 9]
+        salts = ["a", "b", None, "a"]
+        cached = [
+            cached_of(await outputs(engine, salted(follow_up, salt))) for salt in salts[1:]
+        ]
+    assert cached == [0, 0, 256]
+    assert_reuse_within_salts(exl, salts)
+
+
+async def test_kv_written_only_while_decoding_stays_with_its_salt(exl, model_dir):
+    async with running(ExLlamaV2Engine(model_dir)) as engine:
+        # A one-token prompt has nothing to prefill: its page is filled by decoding alone.
+        await outputs(engine, salted([5], "a", max_tokens=40))
+        follow_up = [*exl.jobs[0].sequence_ids[:40], 9]
+        salts = ["a", None, "b", "a"]
+        cached = [
+            cached_of(await outputs(engine, salted(follow_up, salt))) for salt in salts[1:]
+        ]
+    assert cached == [0, 0, 40]  # a's partial page, copied for a alone
+    assert_reuse_within_salts(exl, salts)
+
+
+async def test_without_paged_attention_a_salt_never_matches_another_salts_prompt(
+    monkeypatch, model_dir
+):
+    state = fake.install(monkeypatch, paged_attention=False)
+    state.logits_fn = chatty(model_dir)
+    salts = ["a", "b", "b", "a", None, None]
+    async with running(ExLlamaV2Engine(model_dir)) as engine:
+        assert engine.paged is False
+        cached = [cached_of(await outputs(engine, salted(PROMPT, salt))) for salt in salts]
+    # Unpaged there is one page: it holds the last job's tokens, reusable by its salt only.
+    assert cached == [0, 0, 602, 0, 0, 602]
+    assert_reuse_within_salts(state, salts)
+
+
+async def test_without_the_hash_hook_salted_requests_are_refused_not_shared(
+    monkeypatch, exl, model_dir
+):
+    # An exllamav2 whose page hashing this engine does not know: it cannot isolate salts.
+    unknown = types.ModuleType("exllamav2.generator.dynamic")
+    monkeypatch.setitem(sys.modules, "exllamav2.generator.dynamic", unknown)
+    async with running(ExLlamaV2Engine(model_dir)) as engine:
+        assert engine.salting is False
+        with pytest.raises(InvalidRequestError, match="cache_salt is not supported"):
+            await outputs(engine, salted(PROMPT, "a"))
+        unsalted = await outputs(engine, salted(PROMPT, None))
+    assert len(ids_of(unsalted)) == 2
+    assert [job.identifier for job in exl.jobs] == [2]
+
+
+# --- background priority (speculative warm-ups) -----------------------------------
+
+
+def warmup(prompt: list[int], salt: str | None = None) -> EngineRequest:
+    """What `SpeculativePrefill` sends: one token, at background priority."""
+    return EngineRequest(
+        "warm",
+        prompt,
+        SamplingParams(temperature=0.0),
+        StopConditions(max_tokens=1, ignore_eos=True),
+        cache_salt=salt,
+        priority=BACKGROUND_PRIORITY,
+    )
+
+
+def forwards_of(exl: fake.FakeState, identifier: int) -> list[tuple[str, int]]:
+    return [(stage, n) for stage, ident, n in exl.forwards if ident == identifier]
+
+
+async def test_the_engine_schedules_background_work(model_dir):
+    from realtime.engine.base import schedules_background
+
+    assert schedules_background(ExLlamaV2Engine(model_dir))
+
+
+async def test_a_warm_up_yields_to_a_request_and_resumes_from_its_finished_pages(exl, model_dir):
+    exl.step_gate = threading.Semaphore(0)
+    long_prompt = [(i * 3) % 600 for i in range(1000)]
+    async with running(ExLlamaV2Engine(model_dir)) as engine:
+        warm = asyncio.create_task(outputs(engine, warmup(long_prompt)))
+        # It prefills alone, a page per iterate(): let it finish two pages.
+        await step_until(exl, lambda: exl.work_for(1) == 2)
+        real = asyncio.create_task(outputs(engine, request(PROMPT, max_tokens=5)))
+        await asyncio.sleep(0)  # the task queues its request (nothing awaits before that)
+        exl.open_gate()
+        real_outs = await real
+        warm_outs = await warm
+    order = [ident for _, ident, _ in exl.forwards]
+    first_real, last_real = order.index(2), len(order) - 1 - order[::-1].index(2)
+    # Nothing of the warm-up ran from the request's arrival to its end.
+    assert 1 not in order[first_real : last_real + 1]
+    assert order[:first_real] == [1, 1]
+    assert len(ids_of(real_outs)) == 5
+    # The warm-up's chunks are a page; the request's prefill is not cut to that size.
+    assert forwards_of(exl, 1)[:2] == [("prefill", 256), ("prefill", 256)]
+    assert forwards_of(exl, 2)[0] == ("prefill", 602)
+    # Afterwards it starts again, finds its two finished pages, and completes.
+    assert forwards_of(exl, 1)[2:] == [("prefill", 256), ("prefill", 231), ("gen", 1)]
+    assert warm_outs[-1].finish_reason is FinishReason.LENGTH
+    assert warm_outs[-1].cached_tokens == 512
+    assert (engine.background.yields, engine.background.drops) == (1, 0)
+
+
+async def test_a_warm_up_ends_when_the_turn_it_warms_arrives_and_leaves_its_pages(exl, model_dir):
+    exl.step_gate = threading.Semaphore(0)
+    prefix = [(i * 3) % 600 for i in range(700)]
+    async with running(ExLlamaV2Engine(model_dir)) as engine:
+        warm = asyncio.create_task(outputs(engine, warmup(prefix, "t")))
+        await step_until(exl, lambda: exl.work_for(1) == 2)
+        turn = asyncio.create_task(outputs(engine, salted([*prefix, 5, 6, 7], "t")))
+        await asyncio.sleep(0)  # the task queues its request (nothing awaits before that)
+        exl.open_gate()
+        turn_outs = await turn
+        warm_outs = await warm
+    assert [out.finish_reason for out in warm_outs] == [FinishReason.CANCELLED]
+    assert exl.work_for(1) == 2, "the warm-up ran on after its turn arrived"
+    assert cached_of(turn_outs) == 512  # the warm-up's two pages
+    assert forwards_of(exl, 2)[0] == ("prefill", 703 - 512 - 1)
+    assert (engine.background.yields, engine.background.drops) == (0, 1)
+
+
+async def test_a_warm_up_of_another_salt_is_not_taken_for_the_turn(exl, model_dir):
+    exl.step_gate = threading.Semaphore(0)
+    prefix = [(i * 3) % 600 for i in range(700)]
+    async with running(ExLlamaV2Engine(model_dir)) as engine:
+        warm = asyncio.create_task(outputs(engine, warmup(prefix, "other")))
+        await step_until(exl, lambda: exl.work_for(1) == 2)
+        turn = asyncio.create_task(outputs(engine, salted([*prefix, 5, 6, 7], "t")))
+        await asyncio.sleep(0)  # the task queues its request (nothing awaits before that)
+        exl.open_gate()
+        turn_outs = await turn
+        warm_outs = await warm
+    assert cached_of(turn_outs) == 0
+    assert warm_outs[-1].finish_reason is FinishReason.LENGTH  # it yielded, then finished
+    assert (engine.background.yields, engine.background.drops) == (1, 0)
+
+
+async def test_background_requests_wait_while_any_request_runs(exl, model_dir):
+    exl.step_gate = threading.Semaphore(0)
+    async with running(ExLlamaV2Engine(model_dir)) as engine:
+        real = asyncio.create_task(outputs(engine, request(max_tokens=20)))
+        await step_until(exl, lambda: exl.work_for(1) >= 1)
+        warm = asyncio.create_task(outputs(engine, warmup(PROMPT)))
+        await asyncio.sleep(0)  # the task queues its request (nothing awaits before that)
+        exl.open_gate()
+        await real
+        await warm
+    order = [ident for _, ident, _ in exl.forwards]
+    assert order.index(2) > len(order) - 1 - order[::-1].index(1)  # strictly after
+
+
+async def test_cancelling_a_waiting_or_running_warm_up_stops_it(exl, model_dir):
+    exl.step_gate = threading.Semaphore(0)
+    long_prompt = [(i * 3) % 600 for i in range(1000)]
+    async with running(ExLlamaV2Engine(model_dir)) as engine:
+        real = asyncio.create_task(outputs(engine, request(max_tokens=30)))
+        await step_until(exl, lambda: exl.work_for(1) >= 1)
+        waiting = asyncio.create_task(outputs(engine, warmup(PROMPT)))
+        await asyncio.sleep(0)  # queued behind the running request
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        exl.open_gate()
+        await until(lambda: engine.stats.jobs_cancelled == 1)
+        await real
+        exl.step_gate = threading.Semaphore(0)
+        running_warmup = asyncio.create_task(outputs(engine, warmup(long_prompt)))
+        await until(lambda: exl.work_for(3) == 1)  # its first chunk, then the gate
+        running_warmup.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running_warmup
+        exl.open_gate()
+        await until(lambda: engine.stats.jobs_cancelled == 2)
+        after = await outputs(engine, request(max_tokens=3))
+    assert exl.work_for(2) == 0
+    assert exl.work_for(3) == 1
+    assert len(ids_of(after)) == 3
+    assert exl.generator.num_remaining_jobs() == 0
+    assert engine.stats.jobs_added == 4
 
 
 # --- cancellation ---------------------------------------------------------------
@@ -545,11 +776,13 @@ async def test_a_generator_exception_fails_the_active_requests_and_the_engine_re
     exl, model_dir, stage
 ):
     prompt = list(range(300))  # more than a page, so the prefix cache matters
+    # The failing request shares the first page but not the rest, so it prefills.
+    diverging = [*prompt[:256], *range(400, 444)]
     async with running(ExLlamaV2Engine(model_dir)) as engine:
         before = await outputs(engine, request(prompt, max_tokens=3))
         exl.fail_next = (stage, RuntimeError("CUDA error: an illegal memory access"))
         with pytest.raises(EngineUnavailableError) as failure:
-            await outputs(engine, request(prompt, max_tokens=3))
+            await outputs(engine, request(diverging, max_tokens=3))
         after = await outputs(engine, request(prompt, max_tokens=3))
     assert "RuntimeError" in failure.value.message
     assert "illegal memory access" not in failure.value.message  # no internals to clients
@@ -810,3 +1043,27 @@ async def test_end_to_end_a_generator_failure_is_503_and_1011_then_it_recovers(s
     async with httpx.AsyncClient(base_url=served.http_url, timeout=30) as client:
         ok = await client.post("/v1/chat/completions", json=body())
     assert ok.json()["choices"][0]["message"]["content"] == REPLY
+
+
+async def test_end_to_end_speculative_prefill_warms_the_next_turn(served, exl):
+    speculative = served.app.state.pipeline.speculative
+    hint = {"nvext": {"agent_hints": {"speculative_prefill": True}}}
+    async with httpx.AsyncClient(base_url=served.http_url, timeout=30) as client:
+        first = await client.post("/v1/chat/completions", json=body(**hint))
+        answer = first.json()["choices"][0]["message"]["content"]
+        await asyncio.to_thread(wait_until, lambda: speculative.stats.completed == 1)
+        record = speculative.stats.recent[-1]
+        messages = [
+            {"role": "user", "content": "Say hi"},
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": "Again"},
+        ]
+        # With max_tokens: without one, exllamav2 reserves the whole context, taking
+        # (for the job's length) every free page, the warm-up's partial page too.
+        second = await client.post(
+            "/v1/chat/completions", json={"model": "exl", "messages": messages, "max_tokens": 4}
+        )
+    assert first.status_code == second.status_code == 200
+    assert record.outcome == "completed" and record.prompt_tokens > 0
+    usage = second.json()["usage"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] == record.prompt_tokens

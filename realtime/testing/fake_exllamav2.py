@@ -5,7 +5,9 @@ ExLlamaV2DynamicJob), generator/sampler.py (ExLlamaV2Sampler.Settings and its
 defaults), exllamav2_ext/ext_sampling.cpp and cpp/sampling.cpp (`sample_basic`),
 config.py, model.py, cache.py, attn.py and tokenizer/tokenizer.py. Written from
 reading that source; no code is copied. `install()` puts it into `sys.modules` as
-"exllamav2", "exllamav2.generator" and "exllamav2.attn".
+"exllamav2", "exllamav2.generator", "exllamav2.generator.dynamic" (this module)
+and "exllamav2.attn". It lives in the package, not under tests/, because the GPU
+proof's dry run (`scripts/gpu-proof --dry-run`) serves it too.
 
 Reproduced, as the source does it:
 - job construction checks: input_ids must be CPU tensors of shape (1, n) with
@@ -32,10 +34,16 @@ Reproduced, as the source does it:
   emitted and the held tokens plus the stop token are reported under "held"; at
   max_new_tokens everything held is emitted;
 - min_new_tokens banning every stop token (logit -1e30) until enough tokens exist;
-- page bookkeeping: a finished prompt's full pages keep their hash and are reused
-  by a later job with the same prefix (paged mode, page size 256); completed
-  generated pages are hashed too; least recently used free pages are evicted;
-  unpaged mode reuses the common prefix with the previous job's cached sequence;
+- the page table (`CachePage`, dynamic.py lines 60-169): a prompt's full pages
+  are allocated by hash (`_tensor_hash_checksum`, looked up in this module at call
+  time), so a later job with the same prefix reuses them; pages a job fills while
+  decoding are hashed when complete; free pages are taken least recently used
+  first; a page taken for new tokens is backed up and reverts if the job never
+  wrote it; a freed page whose hash is taken loses its chain (`prev_hash` None)
+  but keeps its KV; prefill copies the longest matching start of any page chained
+  on the same previous page (none, at the start of a prompt) into a partial page
+  (the "partial last page" copy); unpaged, the one page's tokens up to
+  `kv_position_revert` are matched against the next prompt;
 - `cancel(job)`: a pending job is dropped, an active job's pages are freed; no
   result ever names it again; `clear_queue()`, `reset_page_table()`,
   `num_remaining_jobs()`;
@@ -50,12 +58,15 @@ Not reproduced (using them raises NotImplementedError, so a test cannot silently
 rely on them): stop strings and banned strings, filters, token healing, CFG,
 embeddings, logits output, draft models and n-gram drafting, and the samplers
 typical, tfs, top_a, mirostat, XTC, DRY, smoothing, skew, dynamic temperature and
-temperature_last. Also not modelled: the partial-page KV copy in paged mode (only
-whole pages count as cached there), page revert/backup, defragmentation, and the
-timing of a real GPU. The "model" is `state.logits_fn(sequence, prompt_length)`,
-a deterministic function tests can replace; `state.forwards` counts every forward
-pass per job identifier, `state.fail_next` makes the next forward pass raise, and
-`state.step_gate` holds the engine thread at the end of each `iterate()`.
+temperature_last. Also not modelled: defragmentation (it moves KV between pages
+and renumbers them; pages keep their identity) and the timing of a real GPU.
+
+The "model" is `state.logits_fn(sequence, prompt_length)`, a deterministic
+function tests can replace; `state.forwards` counts every forward
+pass per job identifier, `state.copies` every partial page copied, each job's
+`reused` (pages and their writers then) say whose KV was reused by whom,
+`state.fail_next` makes the next forward pass raise, and `state.step_gate` holds
+the engine thread at the end of each `iterate()`.
 """
 
 from __future__ import annotations
@@ -104,6 +115,8 @@ class FakeState:
     #: When set, every iterate() takes a permit after its work, before returning: a
     #: test holds the engine thread between two steps and releases it when it wants.
     step_gate: threading.Semaphore | None = None
+    #: (identifier, source page index, tokens) for every partial page copied in prefill.
+    copies: list[tuple[Any, int, int]] = field(default_factory=list)
     generators: list[ExLlamaV2DynamicGenerator] = field(default_factory=list)
     models: list[ExLlamaV2] = field(default_factory=list)
     caches: list[ExLlamaV2CacheBase] = field(default_factory=list)
@@ -145,6 +158,7 @@ class ExLlamaV2Config:
         self.max_attention_size = 2048**2
         self.no_flash_attn = "EXLLAMA_NO_FLASH_ATTN" in os.environ
         self.compat_overrides_applied = False
+        self.model_dir: str | None
         if model_dir is not None:
             self.model_dir = model_dir
             self.prepare()
@@ -416,7 +430,8 @@ def _sample(
     if 0 < top_k < vocab:
         cands = normalize(cands[:top_k])
     if len(cands) > 1 and 0.0 < s.top_p < 1.0:
-        kept, mass = [], 0.0
+        kept: list[tuple[float, int]] = []
+        mass = 0.0
         for p, i in cands:
             if p < 1e-6 or (kept and mass + p > s.top_p):
                 break
@@ -456,32 +471,178 @@ def _sample(
 
 
 # --- exllamav2.generator.dynamic ---
+#
+# Line numbers below are exllamav2 0.3.2's exllamav2/generator/dynamic.py.
 
 
-def _hash_page(ids: list[int], prev: bytes | None) -> bytes:
+def _tensor_blake2b_checksum(tensor: torch.Tensor, prev_hash: bytes | None) -> bytes:
+    """A page's hash, chained on the previous page's (lines 35-40)."""
     hasher = hashlib.blake2b(digest_size=16)
-    if prev is not None:
-        hasher.update(prev)
-    hasher.update(torch.tensor([ids], dtype=torch.long).numpy().tobytes())
+    if prev_hash is not None:
+        hasher.update(prev_hash)
+    hasher.update(tensor.numpy().tobytes())
     return hasher.digest()
 
 
-_unique = 0
+#: Line 51. The job methods below call it through this module's globals, at call time,
+#: as the source does: replacing the module attribute changes every later hash.
+_tensor_hash_checksum = _tensor_blake2b_checksum
+
+_uniquehash = 0
 
 
-def _random_hash() -> bytes:
-    global _unique
-    _unique += 1
-    return _unique.to_bytes(16, "big")
+def _randomhash() -> bytes:
+    """A unique placeholder hash for a page that holds no complete page (lines 53-57)."""
+    global _uniquehash
+    _uniquehash += 1
+    return _uniquehash.to_bytes(16, byteorder="big")
+
+
+def _count_match(page_tokens: list[int], ids: list[int], limit: int) -> int:
+    """`ext_c.count_match`: leading tokens of `ids` equal to the page's first `limit`."""
+    n = 0
+    for a, b in zip(page_tokens[:limit], ids, strict=False):
+        if a != b:
+            break
+        n += 1
+    return n
 
 
 @dataclass(eq=False)
-class _Page:
-    index: int
+class CachePage:
+    """One page of the paged cache and its bookkeeping (lines 60-169).
+
+    `sequence` holds the page's token ids (the source keeps a (1, page_size) tensor).
+    `writers` is the fake's own record, for tests: the identifiers of the jobs whose
+    KV the page holds. It follows the KV: cleared when the page is cleared, kept by
+    backup and restored by revert.
+    """
+
+    generator: ExLlamaV2DynamicGenerator
+    page_index: int
     phash: bytes
+    phash_revert: bytes
+    prev_hash: bytes | None
+    prev_hash_revert: bytes | None
+    sequence: list[int]
     ref_count: int = 0
     access_serial: int = 0
+    access_serial_revert: int = 0
     kv_position: int = 0
+    kv_position_revert: int = 0
+    can_revert: bool = False
+    writers: frozenset[Any] = frozenset()
+    writers_revert: frozenset[Any] = frozenset()
+
+    def backup(self) -> None:
+        self.phash_revert = self.phash
+        self.prev_hash_revert = self.prev_hash
+        self.access_serial_revert = self.access_serial
+        self.kv_position_revert = self.kv_position
+        self.writers_revert = self.writers
+        self.can_revert = True
+
+    def revert(self) -> None:
+        assert self.can_revert
+        self.phash = self.phash_revert
+        self.prev_hash = self.prev_hash_revert
+        self.access_serial = self.access_serial_revert
+        self.kv_position = self.kv_position_revert
+        self.writers = self.writers_revert
+        self.can_revert = False
+
+    def add_ref(self, serial: int) -> None:
+        gen = self.generator
+        if self.ref_count == 0:
+            del gen.unreferenced_pages[self.phash]
+            assert self.phash not in gen.referenced_pages
+            gen.referenced_pages[self.phash] = self
+        self.ref_count += 1
+        self.access_serial = max(serial, self.access_serial)
+        self.can_revert = False
+
+    def add_ref_clear(self, serial: int, newhash: bytes) -> None:
+        gen = self.generator
+        assert self.ref_count == 0
+        del gen.unreferenced_pages[self.phash]
+        self.phash = newhash
+        assert self.phash not in gen.referenced_pages
+        gen.referenced_pages[self.phash] = self
+        self.ref_count += 1
+        self.access_serial = serial
+        self.prev_hash = None
+        self.can_revert = False
+        self.kv_position = 0
+        self.writers = frozenset()
+
+    def add_ref_unique(self, serial: int) -> None:
+        gen = self.generator
+        self.backup()
+        assert self.ref_count == 0
+        del gen.unreferenced_pages[self.phash]
+        self.phash = _randomhash()
+        assert self.phash not in gen.referenced_pages
+        gen.referenced_pages[self.phash] = self
+        self.ref_count += 1
+        self.access_serial = serial
+        self.prev_hash = None
+        self.kv_position = 0
+        self.writers = frozenset()
+
+    def sub_ref(self) -> None:
+        gen = self.generator
+        self.ref_count -= 1
+        if self.ref_count == 0:
+            del gen.referenced_pages[self.phash]
+            if self.can_revert:
+                self.revert()
+            if self.phash in gen.referenced_pages or self.phash in gen.unreferenced_pages:
+                # The source keeps kv_position here: the page keeps its KV, now unchained.
+                self.phash = _randomhash()
+                self.prev_hash = None
+            assert self.phash not in gen.unreferenced_pages
+            gen.unreferenced_pages[self.phash] = self
+
+    def clear(self) -> None:
+        gen = self.generator
+        assert self.ref_count == 0
+        del gen.unreferenced_pages[self.phash]
+        self.phash = _randomhash()
+        self.prev_hash = None
+        self.kv_position = 0
+        self.can_revert = False
+        self.sequence[:] = [0] * len(self.sequence)
+        self.writers = frozenset()
+        assert self.phash not in gen.unreferenced_pages
+        gen.unreferenced_pages[self.phash] = self
+
+    def update_hash(self, newhash: bytes) -> None:
+        gen = self.generator
+        assert self.ref_count > 0
+        assert self.kv_position == gen.page_size
+        del gen.referenced_pages[self.phash]
+        self.phash = newhash
+        self.can_revert = False
+        assert self.phash not in gen.referenced_pages
+        gen.referenced_pages[self.phash] = self
+
+    def write(self, start: int, ids: list[int], writer: Any) -> None:
+        """The fake's KV write: tokens at page offsets start.. (what the forward pass fills)."""
+        self.sequence[start : start + len(ids)] = ids
+        self.writers = self.writers | {writer}
+
+
+class _Sequence:
+    """`ExLlamaV2DynamicJob.Sequence` (lines 1517-1527), token ids as lists."""
+
+    def __init__(self, ids: list[int]):
+        self.input_ids = list(ids)
+        self.sequence_ids = list(ids)
+        self.kv_position = 0
+        self.page_hashes: list[bytes] = []
+        self.new_unique_pages = 0
+        self.allocated_pages: list[CachePage] = []
+        self.prefill_complete = False
 
 
 class ExLlamaV2DynamicJob:
@@ -531,9 +692,7 @@ class ExLlamaV2DynamicJob:
         self.serial_number: int | None = None
         self.identifier = identifier
         self.max_skips = max_skips
-        self.input_ids: list[int] = [int(t) for t in ids[0].tolist()]
-        self.sequence_ids: list[int] = list(self.input_ids)
-        self.kv_position = 0
+        self.sequences = [_Sequence([int(t) for t in ids[0].tolist()])]
         self.max_new_tokens = max_new_tokens
         self.min_new_tokens = min_new_tokens
         self.new_tokens = 0
@@ -565,10 +724,11 @@ class ExLlamaV2DynamicJob:
         self.time_first_token: float | None = None
         self.cached_pages = 0
         self.cached_tokens = 0
-        self.allocated_pages: list[_Page] = []
-        self.page_hashes: list[bytes] = []
-        self.new_unique_pages = 0
-        self.prefill_complete = False
+        self.all_unique_hashes: list[bytes] = []
+        #: The fake's record, for tests: every page whose KV this job used without
+        #: computing it (whole pages found by hash, and partial pages copied from),
+        #: with the page's writers at that moment.
+        self.reused: list[tuple[CachePage, frozenset[Any]]] = []
         state.jobs.append(self)
 
     def __repr__(self) -> str:
@@ -576,22 +736,41 @@ class ExLlamaV2DynamicJob:
             return "ExLlamaV2DynamicJob (new)"
         return f"ExLlamaV2DynamicJob #{self.serial_number}"
 
+    # The one sequence's fields, for tests (a real job has `sequences` only).
+
+    @property
+    def input_ids(self) -> list[int]:
+        return self.sequences[0].input_ids
+
+    @property
+    def sequence_ids(self) -> list[int]:
+        return self.sequences[0].sequence_ids
+
     # --- queueing and pages ---
 
-    def prepare_for_queue(self, generator: ExLlamaV2DynamicGenerator, serial: int) -> None:
-        self.serial_number = serial
+    def prepare_for_queue(self, generator: ExLlamaV2DynamicGenerator, serial_number: int) -> None:
+        """Lines 2244-2318: hash the prompt's full pages, check the job can ever fit."""
+        self.serial_number = serial_number
         self.generator = generator
         self.skips = 0
         page_size = generator.page_size
-        context_pages = (len(self.sequence_ids) - 1) // page_size
-        total = (len(self.sequence_ids) + self.max_new_tokens + page_size - 1) // page_size
-        self.page_hashes = []
-        prev = None
+        unique: set[bytes] = set()
+        seq = self.sequences[0]
+        max_len = len(seq.sequence_ids) + self.max_new_tokens
+        context_pages = (len(seq.sequence_ids) - 1) // page_size
+        total_pages = (max_len + page_size - 1) // page_size
+        seq.page_hashes = []
+        r_hash = None
         for i in range(context_pages):
-            prev = _hash_page(self.sequence_ids[i * page_size : (i + 1) * page_size], prev)
-            self.page_hashes.append(prev)
-        self.new_unique_pages = total - context_pages
-        needed = len(set(self.page_hashes)) + self.new_unique_pages
+            page_ids = torch.tensor(
+                [seq.sequence_ids[i * page_size : (i + 1) * page_size]], dtype=torch.long
+            )
+            r_hash = _tensor_hash_checksum(page_ids, r_hash)
+            seq.page_hashes.append(r_hash)
+            unique.add(r_hash)
+        seq.new_unique_pages = total_pages - context_pages
+        self.all_unique_hashes = list(unique)
+        needed = len(self.all_unique_hashes) + seq.new_unique_pages
         assert needed <= generator.max_pages, (
             f"Job requires {needed} pages (only {generator.max_pages} available) and cannot "
             f"be enqueued. Total cache allocated is {generator.max_pages} * {page_size} = "
@@ -606,115 +785,204 @@ class ExLlamaV2DynamicJob:
 
     def current_new_pages_required(self) -> int:
         assert self.generator is not None
-        shared = sum(1 for h in set(self.page_hashes) if h not in self.generator.referenced_pages)
-        return shared + self.new_unique_pages
+        new_pages = sum(
+            1 for h in self.all_unique_hashes if h not in self.generator.referenced_pages
+        )
+        return new_pages + sum(seq.new_unique_pages for seq in self.sequences)
 
     def allocate_pages(self) -> None:
+        """Lines 2534-2629: pages by hash (cached or cleared for this job), then new ones."""
         gen = self.generator
         assert gen is not None
-        self.allocated_pages = []
-        for h in self.page_hashes:
-            gen.access_serial += 1
-            page = gen.referenced_pages.get(h) or gen.unreferenced_pages.get(h)
-            if page is None:
-                page = gen.oldest_free_page()
-                gen.relabel(page, h)
-                page.kv_position = 0
-            gen.add_ref(page, gen.access_serial)
-            self.allocated_pages.append(page)
-        for _ in range(self.new_unique_pages):
-            gen.access_serial += 1
-            page = gen.oldest_free_page()
-            gen.relabel(page, _random_hash())
-            page.kv_position = 0
-            gen.add_ref(page, gen.access_serial)
-            self.allocated_pages.append(page)
-        for page in self.allocated_pages:
-            if page.kv_position != gen.page_size:
-                break
-            self.kv_position += gen.page_size
-            self.cached_pages += 1
+        page_size = gen.page_size
+        for seq in self.sequences:
+            seq.allocated_pages = []
+            for h in seq.page_hashes:
+                gen.access_serial += 1
+                page = gen.referenced_pages.get(h) or gen.unreferenced_pages.get(h)
+                if page is not None:
+                    page.add_ref(gen.access_serial)
+                else:
+                    page = gen.oldest_unreferenced_page()
+                    page.add_ref_clear(gen.access_serial, h)
+                seq.allocated_pages.append(page)
+            for _ in range(seq.new_unique_pages):
+                gen.access_serial += 1
+                page = gen.oldest_unreferenced_page()
+                page.add_ref_unique(gen.access_serial)
+                seq.allocated_pages.append(page)
+            for page in seq.allocated_pages:
+                if page.kv_position != page_size:
+                    break
+                seq.kv_position += page_size
+                self.cached_pages += 1
+                self.reused.append((page, page.writers))
 
     def deallocate_pages(self) -> None:
+        """Lines 2631-2642. Unpaged, the one page keeps what it holds for the next job."""
         gen = self.generator
         assert gen is not None
-        if not gen.paged and self.allocated_pages:
-            # The single page keeps this job's KV for the next job's prefix match.
-            gen.unpaged_sequence = self.sequence_ids[: self.kv_position]
-        for page in self.allocated_pages:
-            gen.sub_ref(page)
-        self.allocated_pages = []
+        if not gen.paged:
+            gen.all_pages[0].backup()
+        for seq in self.sequences:
+            for page in seq.allocated_pages:
+                page.sub_ref()
+            seq.allocated_pages = []
 
     # --- prefill and decode ---
 
     def is_prefill_done(self) -> bool:
-        return self.kv_position == len(self.sequence_ids) - 1
+        return all(seq.kv_position == len(seq.sequence_ids) - 1 for seq in self.sequences)
 
     def prefill(self, results: list[dict[str, Any]]) -> None:
+        """Lines 2330-2519: one chunk of the prompt, reusing what the cache holds."""
         gen = self.generator
         assert gen is not None
+        page_size = gen.page_size
         if self.time_first_prefill is None:
             self.time_first_prefill = time.time()
-        if self.prefill_complete:
-            return
-        page_size = gen.page_size
-        end_of_prompt = len(self.sequence_ids) - 1
         progress = 0
-        if gen.paged:
-            start = self.kv_position
-            end = min((start + gen.max_chunk_size) // page_size * page_size, end_of_prompt)
-            # Whole pages another job completed meanwhile are skipped and counted as cached.
-            for index in range(start // page_size, (end + page_size - 1) // page_size):
-                if self.allocated_pages[index].kv_position != page_size:
-                    break
-                start = (index + 1) * page_size
-                self.kv_position = start
-                self.cached_pages += 1
-        else:
-            start = self.kv_position
-            if start == 0:
-                match = 0
-                for a, b in zip(
-                    gen.unpaged_sequence, self.sequence_ids[:end_of_prompt], strict=False
-                ):
-                    if a != b:
+        for seq in self.sequences:
+            if seq.prefill_complete:
+                continue
+            end_of_prompt = len(seq.sequence_ids) - 1
+            if gen.paged:
+                start = seq.kv_position
+                end = (start + gen.max_chunk_size) // page_size * page_size
+                end = min(end, end_of_prompt)
+                p0, p1 = start // page_size, (end + page_size - 1) // page_size
+                # Whole pages at the start of the chunk another job completed: cached.
+                for index in range(p0, p1):
+                    page = seq.allocated_pages[index]
+                    if page.kv_position != page_size:
                         break
-                    match += 1
-                start = self.kv_position = match
-                self.cached_tokens += match
-                progress += match
-            end = min(start + gen.max_chunk_size, end_of_prompt)
-        if end <= start:
-            self.prefill_complete = self.is_prefill_done()
-            if not gen.paged:
-                self.prefill_complete = True
-            return
-        gen.forward("prefill", [self], end - start)
-        self.kv_position = end
-        for index in range(start // page_size, (end + page_size - 1) // page_size):
-            page = self.allocated_pages[index]
-            page.kv_position = min(max(end - index * page_size, 0), page_size)
-        progress += end - start
-        if self.kv_position >= end_of_prompt:
-            self.prefill_complete = True
-        r: dict[str, Any] = {
-            "job": self,
-            "stage": "prefill",
-            "eos": False,
-            "curr_progress": self.kv_position,
-            "max_progress": end_of_prompt,
-            "serial": self.serial_number,
-        }
-        if self.identifier is not None:
-            r["identifier"] = self.identifier
-        results.append(r)
+                    start = (index + 1) * page_size
+                    seq.kv_position = start
+                    self.cached_pages += 1
+                    self.reused.append((page, page.writers))
+                    page.can_revert = False
+                # ... and the chunk stops at the next one.
+                for index in range(start // page_size, p1):
+                    if seq.allocated_pages[index].kv_position == page_size:
+                        end = index * page_size
+                        break
+                if end <= start:
+                    continue
+                ids = seq.sequence_ids[start:end]
+                p0, p1 = start // page_size, end // page_size
+                if start == p0 * page_size:
+                    # A partial page: any page in the cache chained on the same previous
+                    # page (or, at the start, on none) whose tokens begin the same way.
+                    prev_hash = None if p0 == 0 else seq.allocated_pages[p0 - 1].phash
+                    best, best_page = 0, None
+                    for page in gen.all_pages:
+                        if page.prev_hash != prev_hash or page is seq.allocated_pages[p0]:
+                            continue
+                        match = _count_match(page.sequence, ids, page.kv_position)
+                        if match > best:
+                            best, best_page = match, page
+                    if best_page is not None and best > 1:
+                        page = seq.allocated_pages[p0]
+                        page.prev_hash = best_page.prev_hash
+                        page.sequence[:best] = ids[:best]
+                        page.writers = best_page.writers  # the KV copied is theirs
+                        page.kv_position = best
+                        page.can_revert = False
+                        state.copies.append((self.identifier, best_page.page_index, best))
+                        self.reused.append((best_page, best_page.writers))
+                        ids = ids[best:]
+                        start += best
+                        seq.kv_position += best
+                        self.cached_tokens += best
+                        progress += best
+            else:
+                start = seq.kv_position
+                progress = start
+                page = gen.all_pages[0]
+                ids = seq.sequence_ids[start:end_of_prompt]
+                if start == 0:
+                    match = _count_match(
+                        page.sequence, ids, min(page.kv_position_revert, end_of_prompt)
+                    )
+                    if match:
+                        # The KV kept is the previous job's (the backup's), now this job's too.
+                        self.reused.append((page, page.writers_revert))
+                        page.writers = page.writers_revert
+                    ids = ids[match:]
+                    seq.kv_position = page.kv_position = start = match
+                    self.cached_tokens += match
+                    progress += match
+                end = min(seq.kv_position + gen.max_chunk_size, end_of_prompt)
+                if end <= start:
+                    seq.prefill_complete = True
+                    continue
+                assert page.can_revert
+                ids = ids[: gen.max_chunk_size]
+                p0 = p1 = 0
 
-    def add_input_to_cache(self) -> None:
-        """The decode step's input token goes into its page *before* the forward pass."""
+            if end > start:
+                gen.forward("prefill", [self], end - start)
+                seq.kv_position = end
+                if gen.paged:
+                    for index in range(p0, min(p1 + 1, len(seq.allocated_pages))):
+                        page = seq.allocated_pages[index]
+                        page.kv_position = min(max(end - index * page_size, 0), page_size)
+                        previous = seq.allocated_pages[index - 1] if index else None
+                        page.prev_hash = previous.phash if previous is not None else None
+                        a = max(index * page_size, start)
+                        b = min(index * page_size + page_size, end)
+                        if b > a:
+                            offset = a - index * page_size
+                            page.write(offset, seq.sequence_ids[a:b], self.identifier)
+                        page.can_revert = False
+                else:
+                    page = seq.allocated_pages[0]
+                    page.kv_position = end
+                    page.prev_hash = None
+                    page.write(start, seq.sequence_ids[start:end], self.identifier)
+                progress += end - start
+                if progress >= end_of_prompt:
+                    seq.prefill_complete = True
+                    if not gen.paged:
+                        seq.allocated_pages[0].can_revert = False
+        if progress:
+            seq = self.sequences[0]
+            r: dict[str, Any] = {
+                "job": self,
+                "stage": "prefill",
+                "eos": False,
+                "curr_progress": seq.kv_position,
+                "max_progress": len(seq.sequence_ids) - 1,
+                "serial": self.serial_number,
+            }
+            if self.identifier is not None:
+                r["identifier"] = self.identifier
+            results.append(r)
+
+    def get_input_ids_list(
+        self, draft_tokens: Any = None, idx: int = 0, add_to_cache: bool = False
+    ) -> list[torch.Tensor]:
+        """Lines 1832-1854: the decode step's input; with add_to_cache its KV goes into
+        the page *before* the forward pass."""
         gen = self.generator
         assert gen is not None
-        page = self.allocated_pages[self.kv_position // gen.page_size]
-        page.kv_position += 1
+        assert draft_tokens is None, "the fake does not model drafting"
+        out = []
+        for seq in self.sequences:
+            ids = seq.sequence_ids[seq.kv_position :]
+            out.append(torch.tensor([ids], dtype=torch.long))
+            if add_to_cache:
+                position = seq.kv_position
+                while ids:
+                    page = seq.allocated_pages[position // gen.page_size]
+                    assert page.ref_count == 1
+                    n = min(len(ids), gen.page_size - page.kv_position)
+                    page.write(page.kv_position, ids[:n], self.identifier)
+                    page.kv_position += n
+                    position += n
+                    ids = ids[n:]
+                    page.can_revert = False
+        return out
 
     def receive_sample(
         self,
@@ -724,33 +992,40 @@ class ExLlamaV2DynamicJob:
         prob: float,
         results: list[Any],
     ) -> bool:
+        """Lines 1905-2003 (the fake takes the sampled token as ints): accept the token,
+        hash a page it completes, then stream (the `emit` closure)."""
         gen = self.generator
         assert gen is not None
         page_size = gen.page_size
         self.new_tokens += 1
-        self.sequence_ids.append(token)
-        page_before = self.kv_position // page_size
-        self.kv_position += 1
-        page_after = self.kv_position // page_size
-        if gen.paged and page_after > page_before:
-            page = self.allocated_pages[page_before]
-            prev = self.allocated_pages[page_before - 1].phash if page_before else None
-            new_hash = _hash_page(
-                self.sequence_ids[page_before * page_size : page_after * page_size], prev
-            )
-            if new_hash in gen.referenced_pages:
-                # Another job holds the same page: share it and free this one.
-                serial = page.access_serial
-                gen.sub_ref(page)
-                page = gen.referenced_pages[new_hash]
-                gen.add_ref(page, serial)
-                self.allocated_pages[page_before] = page
-            else:
-                if new_hash in gen.unreferenced_pages:
-                    stale = gen.unreferenced_pages[new_hash]
-                    gen.relabel(stale, _random_hash())
-                    stale.kv_position = 0
-                gen.relabel(page, new_hash)
+        for seq in self.sequences:
+            seq.sequence_ids.append(token)
+            page_before = seq.kv_position // page_size
+            seq.kv_position += 1
+            page_after = seq.kv_position // page_size
+            if page_after > page_before:
+                page = seq.allocated_pages[page_before]
+                last_hash = seq.allocated_pages[page_before - 1].phash if page_before else None
+                page_ids = torch.tensor(
+                    [seq.sequence_ids[page_before * page_size : page_after * page_size]],
+                    dtype=torch.long,
+                )
+                new_hash = _tensor_hash_checksum(page_ids, last_hash)
+                if new_hash in gen.referenced_pages:
+                    # Another job holds the same page: share it and free this one.
+                    serial = page.access_serial
+                    page.sub_ref()
+                    page = gen.referenced_pages[new_hash]
+                    assert page.kv_position == page_size
+                    seq.allocated_pages[page_before] = page
+                    page.add_ref(serial)
+                else:
+                    if new_hash in gen.unreferenced_pages:
+                        gen.unreferenced_pages[new_hash].clear()
+                    page.update_hash(new_hash)
+                following = seq.allocated_pages[page_after]
+                following.prev_hash = new_hash
+                following.can_revert = False
 
         pieces = gen.tokenizer.get_id_to_piece_list(self.decode_special_tokens)
         new_text = pieces[token]
@@ -917,7 +1192,6 @@ class ExLlamaV2DynamicGenerator:
         self.job_serial = 0
         self.pending_jobs: list[ExLlamaV2DynamicJob] = []
         self.active_jobs: list[ExLlamaV2DynamicJob] = []
-        self.unpaged_sequence: list[int] = []
         self.iterate_calls = 0
         self.page_table_resets = 0
         state.generators.append(self)
@@ -925,40 +1199,30 @@ class ExLlamaV2DynamicGenerator:
     # --- page table ---
 
     def reset_page_table(self) -> None:
-        self.referenced_pages: dict[bytes, _Page] = {}
-        self.unreferenced_pages: dict[bytes, _Page] = {}
-        self.all_pages: list[_Page] = []
+        """Lines 483-511: every page free, empty and unhashed."""
+        self.referenced_pages: dict[bytes, CachePage] = {}
+        self.unreferenced_pages: dict[bytes, CachePage] = {}
+        self.all_pages: list[CachePage] = []
         for index in range(self.max_pages):
-            page = _Page(index, _random_hash(), access_serial=index)
+            h = _randomhash()
+            page = CachePage(
+                generator=self,
+                page_index=index,
+                phash=h,
+                phash_revert=h,
+                prev_hash=None,
+                prev_hash_revert=None,
+                sequence=[0] * self.page_size,
+                access_serial=index,
+            )
             self.all_pages.append(page)
-            self.unreferenced_pages[page.phash] = page
+            self.unreferenced_pages[h] = page
         self.access_serial = self.max_pages
-        self.unpaged_sequence = []
         self.page_table_resets = getattr(self, "page_table_resets", -1) + 1
 
-    def oldest_free_page(self) -> _Page:
+    def oldest_unreferenced_page(self) -> CachePage:
+        """What `allocate_pages` takes for a page it must fill: the least recently used."""
         return min(self.unreferenced_pages.values(), key=lambda p: p.access_serial)
-
-    def relabel(self, page: _Page, new_hash: bytes) -> None:
-        table = self.referenced_pages if page.ref_count else self.unreferenced_pages
-        del table[page.phash]
-        page.phash = new_hash
-        table[new_hash] = page
-
-    def add_ref(self, page: _Page, serial: int) -> None:
-        if page.ref_count == 0:
-            del self.unreferenced_pages[page.phash]
-            self.referenced_pages[page.phash] = page
-        page.ref_count += 1
-        page.access_serial = max(serial, page.access_serial)
-
-    def sub_ref(self, page: _Page) -> None:
-        page.ref_count -= 1
-        if page.ref_count == 0:
-            del self.referenced_pages[page.phash]
-            if page.phash in self.unreferenced_pages:
-                page.phash = _random_hash()
-            self.unreferenced_pages[page.phash] = page
 
     # --- queue ---
 
@@ -1000,16 +1264,17 @@ class ExLlamaV2DynamicGenerator:
     def iterate(self) -> list[dict[str, Any]]:
         self.iterate_calls += 1
         results: list[dict[str, Any]] = []
-        self._start_jobs(results)
+        self.iterate_start_jobs(results)
         for job in self.active_jobs:
             job.prefill(results)
-        self._generate(results)
+        self.iterate_gen(results)
         gate = state.step_gate
         if gate is not None and not gate.acquire(timeout=30):
             raise RuntimeError("fake exllamav2: the test never released the step gate")
         return results
 
-    def _start_jobs(self, results: list[dict[str, Any]]) -> None:
+    def iterate_start_jobs(self, results: list[dict[str, Any]]) -> None:
+        """Lines 1296-1347: start pending jobs that fit the batch and the free pages."""
         current = len(self.active_jobs)
         if not (self.unreferenced_pages and self.pending_jobs and current < self.max_batch_size):
             return
@@ -1038,14 +1303,15 @@ class ExLlamaV2DynamicGenerator:
                 r["identifier"] = job.identifier
             results.append(r)
 
-    def _generate(self, results: list[dict[str, Any]]) -> None:
+    def iterate_gen(self, results: list[dict[str, Any]]) -> None:
+        """Lines 1139-1294: one decode step for every job whose prefill is done, batched."""
         batch = [job for job in self.active_jobs if job.is_prefill_done()]
         if not batch:
             return
         for job in batch:
             if job.time_first_token is None:
                 job.time_first_token = time.time()
-            job.add_input_to_cache()
+            job.get_input_ids_list(add_to_cache=True)
         self.forward("gen", batch, len(batch))
         completed = []
         vocab = self.tokenizer.get_vocab_size()
@@ -1073,12 +1339,22 @@ class ExLlamaV2DynamicGenerator:
 
 # --- installation ---
 
+#: The modules `install` provides, and what each is in exllamav2.
+MODULES = ("exllamav2", "exllamav2.generator", "exllamav2.generator.dynamic", "exllamav2.attn")
 
-def install(monkeypatch: Any, *, paged_attention: bool = True, cuda: bool = True) -> FakeState:
-    """Make `import exllamav2` (and .generator, .attn) load this fake; returns its fresh state.
 
-    `cuda=True` also makes `torch.cuda.is_available()` answer True, as the engine
-    checks it before importing exllamav2; the fake itself never touches CUDA.
+def install(
+    monkeypatch: Any = None, *, paged_attention: bool = True, cuda: bool = True
+) -> FakeState:
+    """Make `import exllamav2` (.generator, .generator.dynamic, .attn) load this fake.
+
+    Returns its fresh state. With pytest's `monkeypatch` everything is undone after
+    the test; without one (a process that serves the fake, like the GPU proof's dry
+    run) it stays. `cuda=True` also makes `torch.cuda.is_available()` answer True, as
+    the engine checks it before importing exllamav2; the fake never touches CUDA.
+    "exllamav2.generator.dynamic" is this module itself, so code that replaces one of
+    its functions (as the engine does `_tensor_hash_checksum`) changes what the fake's
+    jobs call, as it would in the real module.
     """
     global state
     state = FakeState(paged_attention=paged_attention, cuda=cuda)
@@ -1098,16 +1374,26 @@ def install(monkeypatch: Any, *, paged_attention: bool = True, cuda: bool = True
         setattr(package, name, globals()[name])
     package.__version__ = __version__  # type: ignore[attr-defined]
     generator = types.ModuleType("exllamav2.generator")
+    generator.__path__ = []
     generator.ExLlamaV2DynamicGenerator = ExLlamaV2DynamicGenerator  # type: ignore[attr-defined]
     generator.ExLlamaV2DynamicJob = ExLlamaV2DynamicJob  # type: ignore[attr-defined]
     generator.ExLlamaV2Sampler = ExLlamaV2Sampler  # type: ignore[attr-defined]
+    dynamic = sys.modules[__name__]
+    generator.dynamic = dynamic  # type: ignore[attr-defined]
     attn = types.ModuleType("exllamav2.attn")
     attn.has_flash_attn_with_paged = paged_attention  # type: ignore[attr-defined]
     attn.assert_paged_attn = assert_paged_attn  # type: ignore[attr-defined]
     package.generator = generator  # type: ignore[attr-defined]
     package.attn = attn  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "exllamav2", package)
-    monkeypatch.setitem(sys.modules, "exllamav2.generator", generator)
-    monkeypatch.setitem(sys.modules, "exllamav2.attn", attn)
+    modules = dict(zip(MODULES, (package, generator, dynamic, attn), strict=True))
+    if monkeypatch is None:
+        sys.modules.update(modules)
+        globals()["_tensor_hash_checksum"] = _tensor_blake2b_checksum
+        torch.cuda.is_available = lambda: cuda
+        return state
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    # A test that replaced the hash function gets the original back afterwards.
+    monkeypatch.setattr(dynamic, "_tensor_hash_checksum", _tensor_blake2b_checksum)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     return state
