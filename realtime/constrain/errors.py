@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 #: The request fields a constraint comes from; an error names the one at fault.
 RESPONSE_FORMAT = "response_format"
 TOOLS = "tools"
@@ -24,7 +26,20 @@ class ConstraintError(ValueError):
         self.param = param
 
 
+_SOURCE_LINE = re.compile(r"^\s*\d+ \|")
+_POSITION = re.compile(r"^at \d+\(\d+\): ")
+
+
 def engine_detail(text: str) -> str:
-    """The grammar engine's message on one line, short enough for an error body."""
-    line = " ".join(text.split())
-    return line if len(line) <= _MAX_DETAIL else line[: _MAX_DETAIL - 3] + "..."
+    """The grammar engine's message on one line, short enough for an error body.
+
+    Listings of the generated grammar and positions in it mean nothing to the
+    client (they wrote a schema, not our grammar), so they are left out.
+    """
+    kept = []
+    for line in text.splitlines():
+        if _SOURCE_LINE.match(line):
+            break
+        kept.append(line)
+    detail = _POSITION.sub("", " ".join(" ".join(kept).split()))
+    return detail if len(detail) <= _MAX_DETAIL else detail[: _MAX_DETAIL - 3] + "..."

@@ -83,19 +83,20 @@ def tool_call_grammar(
     parser: str,
     tools: Sequence[ToolSpec],
     *,
+    added_tokens: Mapping[str, int],
     function: str | None = None,
     parallel: bool = True,
-    added_tokens: Mapping[str, int] | None = None,
     reasoning: Reasoning | None = None,
     limits: ConstraintLimits | None = None,
 ) -> GrammarSpec:
     """The grammar of an answer that calls `function` (or, when None, any of `tools`).
 
-    `added_tokens` maps each added token's text to its id (markers that are one
-    token are referenced by id). Raises ConstraintError naming `tools` or
-    `tool_choice`.
+    `added_tokens` maps each added token's text to its id
+    (`TokenizerBinding.added_tokens`): a marker that is one added token must be
+    referenced by id, since the grammar engine never matches an added token
+    from its text. Raises ConstraintError naming `tools` or `tool_choice`.
     """
-    added = added_tokens or {}
+    added = added_tokens
     limits = limits or ConstraintLimits()
     if not tools:
         raise ConstraintError("tool_choice needs `tools`", param=TOOL_CHOICE)
@@ -115,7 +116,8 @@ def tool_call_grammar(
     grammar.rule("start", with_reasoning(grammar, calls, reasoning, added))
     lark = grammar.text()
     label = f"function {function!r}" if function else "required"
-    return GrammarSpec(LLMatcher.grammar_from_lark(lark), TOOL_CHOICE, f"tool_choice {label}")
+    # Compiling can only fail on the tools' schemas (the markup is ours): name `tools`.
+    return GrammarSpec(LLMatcher.grammar_from_lark(lark), TOOLS, f"tool_choice {label}")
 
 
 def tool_markers_ban(parser: str | None, added_tokens: Mapping[str, int]) -> BannedTokens | None:

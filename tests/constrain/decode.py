@@ -56,20 +56,20 @@ class ModelSteps:
     """Next-token logits of a causal LM after `prompt_ids` and the tokens so far."""
 
     def __init__(self, model: Any, prompt_ids: Sequence[int]) -> None:
+        from transformers import DynamicCache
+
         self.model = model
         self.prompt = list(prompt_ids)
-        self.past: Any = None
-        self.seen = 0
+        self.cache = DynamicCache(config=model.config)
+        self.seen = 0  # tokens already in the cache
 
     @torch.inference_mode()
     def __call__(self, generated: Sequence[int]) -> torch.Tensor:
-        if self.past is None:
-            ids = self.prompt + list(generated)
-        else:
-            ids = list(generated[self.seen - len(self.prompt) :])
-        out = self.model(input_ids=torch.tensor([ids]), past_key_values=self.past, use_cache=True)
-        self.past = out.past_key_values
-        self.seen = len(self.prompt) + len(generated)
+        ids = [*self.prompt, *generated][self.seen :]
+        out = self.model(
+            input_ids=torch.tensor([ids]), cache=self.cache, use_cache=True, logits_to_keep=1
+        )
+        self.seen += len(ids)
         return out.logits[0, -1]
 
 
