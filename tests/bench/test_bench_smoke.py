@@ -20,7 +20,16 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-SCENARIOS = ("throughput", "latency", "concurrency", "idle", "fairness", "cancel", "decode")
+SCENARIOS = (
+    "throughput",
+    "latency",
+    "concurrency",
+    "idle",
+    "fairness",
+    "cancel",
+    "decode",
+    "constrained",
+)
 STATUSES = {"pass", "miss", "n/a"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
