@@ -92,10 +92,7 @@ class GrammarMatcher:
         return engine_detail(m.get_error()) if m.is_error() else None
 
     def fill_bitmask(self, row: torch.Tensor) -> None:
-        if row.dtype != torch.int32 or not row.is_contiguous() or row.dim() != 1:
-            raise ValueError("the bitmask row must be a contiguous 1-D int32 tensor")
-        if row.numel() * 4 < (self._width + 31) // 32 * 4:
-            raise ValueError("the bitmask row is too short for the logits width")
+        _check_row(row, self._bits.numel())
         self._matcher.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * 4)
 
     def allowed(self) -> torch.Tensor:
@@ -141,13 +138,22 @@ class BannedTokenMatcher:
         return self._allowed
 
     def fill_bitmask(self, row: torch.Tensor) -> None:
-        row.copy_(self._bits[: row.numel()])
+        _check_row(row, self._bits.numel())
+        row.copy_(self._bits)
 
     def advance(self, token_id: int) -> bool:
         return token_id not in self._banned
 
     def rollback(self, tokens: int) -> bool:
         return True
+
+
+def _check_row(row: torch.Tensor, words: int) -> None:
+    """The grammar engine writes through a raw pointer: the row must be exactly right."""
+    if row.dtype != torch.int32 or row.dim() != 1 or not row.is_contiguous():
+        raise ValueError("a bitmask row must be a contiguous 1-D int32 tensor")
+    if row.numel() != words:
+        raise ValueError(f"a bitmask row has {words} words (TokenizerBinding.mask_words)")
 
 
 class ConstraintCompiler:

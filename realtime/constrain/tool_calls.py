@@ -431,6 +431,12 @@ def _qwen3_value(g: LarkGrammar, rule: str, tool: str, key: str, schema: Mapping
                 "type for the qwen3_coder format",
                 param=TOOLS,
             )
+    if alternative is not schema and not isinstance(kinds, str):
+        raise ConstraintError(
+            f"tool {tool!r}: the first anyOf alternative of parameter {key!r} needs a "
+            "single type for the qwen3_coder format",
+            param=TOOLS,
+        )
     first = kinds[0] if isinstance(kinds, list) and kinds else kinds
     if first is None or first == "string":
         choices = alternative.get(

@@ -100,3 +100,20 @@ def test_banned_tokens_are_never_allowed_and_nothing_else_changes(
     assert torch.equal(unpack_bitmask(row, binding.width), allowed)
     assert matcher.advance(4) and not matcher.advance(3)
     assert not matcher.done and matcher.error is None
+
+
+def test_a_bitmask_row_of_the_wrong_shape_is_refused_before_any_write(
+    compiler: ConstraintCompiler, binding: TokenizerBinding
+) -> None:
+    matcher = compiler.start(json_schema_grammar(ENUM))
+    for row in (
+        torch.zeros(binding.mask_words - 1, dtype=torch.int32),
+        torch.zeros(binding.mask_words, dtype=torch.int64),
+        torch.zeros(2, binding.mask_words, dtype=torch.int32)[:, 0],
+    ):
+        try:
+            matcher.fill_bitmask(row)
+        except ValueError as exc:
+            assert "bitmask row" in str(exc)
+        else:
+            raise AssertionError(f"accepted a row of shape {tuple(row.shape)}")

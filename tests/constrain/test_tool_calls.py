@@ -299,3 +299,34 @@ def test_tool_choice_none_bans_only_markers_that_are_tokens(
     assert tool_markers_ban("json", added) is None  # calls start with plain text
     assert tool_markers_ban("llama3_json", added) is None  # no <|python_tag|> token here
     assert tool_markers_ban(None, added) is None
+
+
+def test_quotes_backslashes_and_unicode_in_markup_literals_survive(
+    compiler: ConstraintCompiler, tiny_tokenizer: Tokenizer
+) -> None:
+    key, value = 'we"ird\\kéy', 'a"b\\c'
+    tool = ToolSpec(
+        "f",
+        {
+            "properties": {key: {"type": "string", "enum": [value, "d"]}, "n": {"type": "integer"}},
+            "required": [key, "n"],
+        },
+    )
+    added = compiler.binding.added_tokens
+    spec = tool_call_grammar("qwen3_coder", [tool], parallel=False, added_tokens=added)
+    text = (
+        f"<tool_call>\n<function=f>\n<parameter={key}>\n{value}\n</parameter>\n"
+        "<parameter=n>\n7\n</parameter>\n</function>\n</tool_call>"
+    )
+    matcher = compiler.start(spec)
+    for token in tiny_tokenizer.encode(text, add_special_tokens=False).ids:
+        assert matcher.advance(token), matcher.error
+    (call,) = Qwen3CoderToolParser.parse(text, [tool]).tool_calls
+    assert json.loads(call.arguments) == {key: value, "n": 7}
+
+
+def test_qwen3_coder_refuses_an_any_of_whose_first_type_is_a_list() -> None:
+    schema = {"anyOf": [{"type": ["integer", "null"]}, {"type": "string"}]}
+    tool = ToolSpec("f", {"properties": {"x": schema}})
+    with pytest.raises(ConstraintError, match="needs a single type"):
+        tool_call_grammar("qwen3_coder", [tool], added_tokens={})
