@@ -34,7 +34,7 @@ from llguidance import LLMatcher
 
 from realtime.chat.tools import deepseek_v3, hermes, llama3_json, mistral, pythonic, qwen3_coder
 from realtime.chat.tools.base import ToolSpec
-from realtime.constrain.errors import TOOL_CHOICE, TOOLS, ConstraintError
+from realtime.constrain.errors import RESPONSE_FORMAT, TOOL_CHOICE, TOOLS, ConstraintError
 from realtime.constrain.json_schema import check_schema
 from realtime.constrain.lark import (
     LarkGrammar,
@@ -86,6 +86,7 @@ def tool_call_grammar(
     added_tokens: Mapping[str, int],
     function: str | None = None,
     parallel: bool = True,
+    answer: Mapping[str, Any] | None = None,
     reasoning: Reasoning | None = None,
     limits: ConstraintLimits | None = None,
 ) -> GrammarSpec:
@@ -94,10 +95,15 @@ def tool_call_grammar(
     `added_tokens` maps each added token's text to its id
     (`TokenizerBinding.added_tokens`): a marker that is one added token must be
     referenced by id, since the grammar engine never matches an added token
-    from its text. Raises ConstraintError naming `tools` or `tool_choice`.
+    from its text. `answer` (a `response_format` schema, with `tool_choice:
+    "auto"`): the answer is either the calls or one JSON value valid against
+    it. Raises ConstraintError naming `tools`, `tool_choice` or `response_format`.
     """
     added = added_tokens
     limits = limits or ConstraintLimits()
+    if answer is not None:
+        what = "response_format.json_schema.schema"
+        check_schema(answer, limits, what=what, param=RESPONSE_FORMAT)
     if not tools:
         raise ConstraintError("tool_choice needs `tools`", param=TOOL_CHOICE)
     chosen = [t for t in tools if function is None or t.name == function]
@@ -112,11 +118,16 @@ def tool_call_grammar(
             f"the {parser!r} tool parser cannot enforce tool_choice", param=TOOL_CHOICE
         )
     grammar = LarkGrammar()
-    calls = build(grammar, chosen, parallel, added, limits)
-    grammar.rule("start", with_reasoning(grammar, calls, reasoning, added))
-    lark = grammar.text()
+    body = build(grammar, chosen, parallel, added, limits)
     label = f"function {function!r}" if function else "required"
-    # Compiling can only fail on the tools' schemas (the markup is ours): name `tools`.
+    if answer is not None:
+        calls = grammar.rule("calls", body)
+        body = f"{calls} | {grammar.rule('answer', json_value(answer))}"
+        label = "auto with response_format"
+    grammar.rule("start", with_reasoning(grammar, body, reasoning, added))
+    lark = grammar.text()
+    # Compiling can only fail on the schemas (the markup is ours): name `tools` (the
+    # wiring checks a response_format schema on its own first, to name that field).
     return GrammarSpec(LLMatcher.grammar_from_lark(lark), TOOLS, f"tool_choice {label}")
 
 

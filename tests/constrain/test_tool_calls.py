@@ -330,3 +330,24 @@ def test_qwen3_coder_refuses_an_any_of_whose_first_type_is_a_list() -> None:
     tool = ToolSpec("f", {"properties": {"x": schema}})
     with pytest.raises(ConstraintError, match="needs a single type"):
         tool_call_grammar("qwen3_coder", [tool], added_tokens={})
+
+
+def test_auto_with_a_response_format_allows_calls_or_the_answer_and_nothing_else(
+    compiler: ConstraintCompiler, tiny_tokenizer: Tokenizer
+) -> None:
+    answer = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    spec = tool_call_grammar(
+        "hermes", [TIME], answer=answer, added_tokens=compiler.binding.added_tokens
+    )
+    assert spec.description == "tool_choice auto with response_format"
+    call = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "utc"}}\n</tool_call>'
+    for text, accepted in ((call, True), ('{"ok": true}', True), ("Sure: " + call, False)):
+        matcher = compiler.start(spec)
+        ids = tiny_tokenizer.encode(text, add_special_tokens=False).ids
+        consumed = all(matcher.advance(t) for t in ids)
+        assert (consumed and matcher.allowed()[sorted(compiler.binding.eos_token_ids)].all()) == (
+            accepted
+        ), text
+    with pytest.raises(ConstraintError) as info:
+        tool_call_grammar("hermes", [TIME], answer=[1], added_tokens={})  # type: ignore[arg-type]
+    assert info.value.param == "response_format"
