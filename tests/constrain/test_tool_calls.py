@@ -351,3 +351,23 @@ def test_auto_with_a_response_format_allows_calls_or_the_answer_and_nothing_else
     with pytest.raises(ConstraintError) as info:
         tool_call_grammar("hermes", [TIME], answer=[1], added_tokens={})  # type: ignore[arg-type]
     assert info.value.param == "response_format"
+
+
+def test_a_reasoning_block_with_text_markers_ends_at_the_first_end_marker(
+    compiler: ConstraintCompiler, tiny_tokenizer: Tokenizer
+) -> None:
+    """Markers that are not tokens (here Mistral's [THINK] in a vocabulary without it)."""
+    reasoning = Reasoning(end="[/THINK]", start="[THINK]")
+    added = compiler.binding.added_tokens
+    assert "[/THINK]" not in added
+    spec = tool_call_grammar(
+        "hermes", [TIME], parallel=False, reasoning=reasoning, added_tokens=added
+    )
+    call = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "utc"}}\n</tool_call>'
+    for text, accepted in (
+        (f"[THINK]UTC, I think.[/THINK]\n\n{call}", True),
+        (f"[THINK]a[/THINK] more text[/THINK]{call}", False),
+    ):
+        matcher = compiler.start(spec)
+        ids = tiny_tokenizer.encode(text, add_special_tokens=False).ids
+        assert all(matcher.advance(t) for t in ids) == accepted, text
