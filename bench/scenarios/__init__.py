@@ -7,6 +7,7 @@ from types import ModuleType
 from bench.scenarios import (
     cancel,
     concurrency,
+    constrained,
     decode,
     fairness,
     hostile,
@@ -24,6 +25,7 @@ MODULES: tuple[ModuleType, ...] = (
     fairness,
     cancel,
     decode,
+    constrained,
     hostile,
 )
 

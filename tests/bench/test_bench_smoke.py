@@ -28,6 +28,7 @@ SCENARIOS = (
     "fairness",
     "cancel",
     "decode",
+    "constrained",
     "hostile",
 )
 STATUSES = {"pass", "miss", "n/a"}

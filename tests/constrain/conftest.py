@@ -1,0 +1,64 @@
+"""A tokenizer bound to the grammar engine, without a model: the tiny model's BPE
+plus the tool-call markers other formats need as special tokens."""
+
+from __future__ import annotations
+
+import pytest
+from tokenizers import AddedToken, Tokenizer
+
+from realtime.chat.tools import deepseek_v3, mistral
+from realtime.constrain.matcher import ConstraintCompiler
+from realtime.constrain.tokenizer import TokenizerBinding
+from realtime.tiny_model import train_tokenizer
+
+#: Special tokens of other model families, so their markers are single tokens here.
+EXTRA_MARKERS = (
+    mistral.TOOL_CALLS,
+    mistral.ARGS,
+    deepseek_v3.CALLS_BEGIN,
+    deepseek_v3.CALL_BEGIN,
+    deepseek_v3.SEP,
+    deepseek_v3.CALL_END,
+    deepseek_v3.CALLS_END,
+)
+#: Padded logits: a few ids past the tokenizer, as in real embedding tables.
+PADDING = 5
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer() -> Tokenizer:
+    return train_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def binding(tiny_tokenizer: Tokenizer) -> TokenizerBinding:
+    """The tiny model's tokenizer as its engine would bind it."""
+    eos = tiny_tokenizer.token_to_id("<|im_end|>")
+    width = tiny_tokenizer.get_vocab_size(with_added_tokens=True) + PADDING
+    return TokenizerBinding(tiny_tokenizer, eos_token_ids=[eos], logits_width=width)
+
+
+@pytest.fixture(scope="session")
+def compiler(binding: TokenizerBinding) -> ConstraintCompiler:
+    return ConstraintCompiler(binding)
+
+
+@pytest.fixture(scope="session")
+def marker_tokenizer() -> Tokenizer:
+    tokenizer = Tokenizer.from_str(train_tokenizer().to_str())
+    tokenizer.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in EXTRA_MARKERS]
+    )
+    return tokenizer
+
+
+@pytest.fixture(scope="session")
+def marker_binding(marker_tokenizer: Tokenizer) -> TokenizerBinding:
+    eos = marker_tokenizer.token_to_id("<|im_end|>")
+    width = marker_tokenizer.get_vocab_size(with_added_tokens=True) + PADDING
+    return TokenizerBinding(marker_tokenizer, eos_token_ids=[eos], logits_width=width)
+
+
+@pytest.fixture(scope="session")
+def marker_compiler(marker_binding: TokenizerBinding) -> ConstraintCompiler:
+    return ConstraintCompiler(marker_binding)

@@ -1,0 +1,119 @@
+"""Per-sequence matchers and the compiler: masks, advancing, EOS, errors, the cache."""
+
+from __future__ import annotations
+
+import torch
+from tokenizers import Tokenizer
+
+from realtime.constrain import BannedTokens, ConstraintLimits, json_schema_grammar
+from realtime.constrain.logits import unpack_bitmask
+from realtime.constrain.matcher import ConstraintCompiler, GrammarMatcher
+from realtime.constrain.tokenizer import TokenizerBinding
+
+ENUM = {"type": "string", "enum": ["red", "green"]}
+
+
+def _ids(tokenizer: Tokenizer, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False).ids
+
+
+def test_the_mask_covers_the_logits_width_and_never_allows_padding(
+    compiler: ConstraintCompiler, binding: TokenizerBinding, tiny_tokenizer: Tokenizer
+) -> None:
+    matcher = compiler.start(json_schema_grammar(ENUM))
+    allowed = matcher.allowed()
+    assert allowed.dtype == torch.bool and allowed.shape == (binding.width,)
+    size = tiny_tokenizer.get_vocab_size(with_added_tokens=True)
+    assert binding.width > size and not allowed[size:].any()
+    # Only tokens that can start `"red"` or `"green"` (all begin with a quote).
+    texts = [tiny_tokenizer.decode([i]) for i in torch.nonzero(allowed).flatten().tolist()]
+    assert texts and all(t.startswith('"') for t in texts)
+
+
+def test_a_complete_answer_allows_only_eos_and_ends_with_it(
+    compiler: ConstraintCompiler, binding: TokenizerBinding, tiny_tokenizer: Tokenizer
+) -> None:
+    matcher = compiler.start(json_schema_grammar(ENUM))
+    for token in _ids(tiny_tokenizer, '"green"'):
+        assert matcher.advance(token)
+    assert isinstance(matcher, GrammarMatcher) and matcher.accepting
+    allowed = torch.nonzero(matcher.allowed()).flatten().tolist()
+    assert set(allowed) == set(binding.eos_token_ids)
+    assert not matcher.done
+    (eos,) = binding.eos_token_ids
+    assert matcher.advance(eos) and matcher.done and matcher.error is None
+
+
+def test_a_token_the_mask_did_not_allow_is_refused_with_a_reason(
+    compiler: ConstraintCompiler, tiny_tokenizer: Tokenizer
+) -> None:
+    matcher = compiler.start(json_schema_grammar(ENUM))
+    (bad,) = _ids(tiny_tokenizer, "x")
+    assert not matcher.allowed()[bad]
+    assert not matcher.advance(bad)
+    assert matcher.error
+
+
+def test_rollback_undoes_tokens(compiler: ConstraintCompiler, tiny_tokenizer: Tokenizer) -> None:
+    matcher = compiler.start(json_schema_grammar(ENUM))
+    ids = _ids(tiny_tokenizer, '"red"')
+    first = matcher.allowed().clone()
+    for token in ids:
+        assert matcher.advance(token)
+    assert matcher.rollback(len(ids))
+    assert torch.equal(matcher.allowed(), first)
+
+
+def test_fill_bitmask_writes_the_same_ids_as_allowed(
+    compiler: ConstraintCompiler, binding: TokenizerBinding
+) -> None:
+    matcher = compiler.start(json_schema_grammar(ENUM))
+    row = torch.zeros(binding.mask_words, dtype=torch.int32)
+    matcher.fill_bitmask(row)
+    assert torch.equal(unpack_bitmask(row, binding.width), matcher.allowed())
+
+
+def test_sequences_get_independent_matchers_from_one_compilation(binding: TokenizerBinding) -> None:
+    compiler = ConstraintCompiler(binding, ConstraintLimits(cache_size=2))
+    spec = json_schema_grammar({"type": "boolean"})
+    a, b = compiler.start(spec), compiler.start(spec)
+    assert compiler.compiles == 1
+    (t,) = binding.ll.tokenize_str("t")[:1]
+    assert a.advance(t)
+    assert b.allowed()[t] and not torch.equal(a.allowed(), b.allowed())
+    compiler.check(json_schema_grammar({"type": "integer"}))
+    compiler.check(json_schema_grammar({"type": "number"}))  # evicts the boolean grammar
+    compiler.start(spec)
+    assert compiler.compiles == 4
+
+
+def test_banned_tokens_are_never_allowed_and_nothing_else_changes(
+    compiler: ConstraintCompiler, binding: TokenizerBinding
+) -> None:
+    banned = frozenset({3, 31, 32, binding.width - 1})
+    matcher = compiler.start(BannedTokens(banned, "tool_choice", "tool_choice none"))
+    allowed = matcher.allowed()
+    assert not allowed[sorted(banned)].any()
+    assert int(allowed.sum()) == binding.width - len(banned)
+    row = torch.zeros(binding.mask_words, dtype=torch.int32)
+    matcher.fill_bitmask(row)
+    assert torch.equal(unpack_bitmask(row, binding.width), allowed)
+    assert matcher.advance(4) and not matcher.advance(3)
+    assert not matcher.done and matcher.error is None
+
+
+def test_a_bitmask_row_of_the_wrong_shape_is_refused_before_any_write(
+    compiler: ConstraintCompiler, binding: TokenizerBinding
+) -> None:
+    matcher = compiler.start(json_schema_grammar(ENUM))
+    for row in (
+        torch.zeros(binding.mask_words - 1, dtype=torch.int32),
+        torch.zeros(binding.mask_words, dtype=torch.int64),
+        torch.zeros(2, binding.mask_words, dtype=torch.int32)[:, 0],
+    ):
+        try:
+            matcher.fill_bitmask(row)
+        except ValueError as exc:
+            assert "bitmask row" in str(exc)
+        else:
+            raise AssertionError(f"accepted a row of shape {tuple(row.shape)}")
