@@ -1,8 +1,9 @@
 """The CPU reference engine: a Hugging Face model directory run with transformers.
 
 It exists so the whole real-model path (tokenizer, chat template, sampling, logprobs,
-stops, KV reuse, cancellation) runs and is tested on any machine, without a GPU. It
-is not fast: it runs one sequence per forward pass (see `cpu_backend.py` for why).
+stops, KV reuse, cancellation) runs and is tested on any machine, without a GPU, and
+serves small models for real: concurrent requests share forward passes (continuous
+batching, see `cpu_backend.py`).
 
 The model directory is read when the engine is built (tokenizer, template, limits),
 so `info` is available before `start()`; the weights are loaded by `start()`, on the
@@ -29,7 +30,13 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 from realtime.chat.model_dir import ModelFiles, load_model_dir
 from realtime.engine.base import EngineOutput, EngineRequest, ModelInfo
-from realtime.engine.cpu_backend import CACHE_SCOPES, BackendOptions, CpuBackend, CpuStats
+from realtime.engine.cpu_backend import (
+    CACHE_SCOPES,
+    DEFAULT_MAX_BATCH_SIZE,
+    BackendOptions,
+    CpuBackend,
+    CpuStats,
+)
 from realtime.engine.sampling import validate_sampling
 from realtime.engine.threaded import ThreadedEngineCore
 from realtime.protocol.errors import InvalidRequestError
@@ -52,9 +59,12 @@ class CpuEngine:
       `cpu_backend.py`;
     - `dtype`: "float32" (default), "bfloat16" or "float16" for the weights and KV cache;
     - `threads`: torch's intra-op threads (process-wide; default: torch's choice);
-    - `prefill_chunk_tokens`: the most prompt tokens one forward pass takes;
+    - `prefill_chunk_tokens`: the most prompt tokens (padding included) one prefill
+      pass takes, over all the sequences it serves;
     - `background_chunk_tokens`: the same for background work (speculative warm-ups),
       which bounds how long a request arriving mid-chunk waits (default: 128);
+    - `max_batch_size`: client sequences decoded together in one forward pass (default
+      32); more wait for a place; 1 runs one sequence per pass;
     - `chat_template`: a template overriding the directory's own.
     """
 
@@ -73,6 +83,7 @@ class CpuEngine:
         chat_template: str | None = None,
         cache_scope: str = "session",
         background_chunk_tokens: int = 128,
+        max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     ):
         if dtype not in DTYPES:
             raise ValueError(f"unknown dtype {dtype!r}; choose one of: {', '.join(DTYPES)}")
@@ -90,6 +101,8 @@ class CpuEngine:
             raise ValueError(
                 f"background_chunk_tokens must be at least 1, got {background_chunk_tokens}"
             )
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
         self.files: ModelFiles = load_model_dir(model_dir, chat_template=chat_template)
         self.dtype = dtype
         self.threads = threads
@@ -100,6 +113,7 @@ class CpuEngine:
             prefill_chunk_tokens=prefill_chunk_tokens,
             cache_scope=cache_scope,
             background_chunk_tokens=background_chunk_tokens,
+            max_batch_size=max_batch_size,
         )
         self._info = self.files.model_info(name=model_name)
         self.stats = CpuStats()
@@ -176,8 +190,9 @@ class CpuEngine:
         """Runs on the engine thread: load the weights there, once (already in eval mode)."""
         if self.threads is not None:
             torch.set_num_threads(self.threads)
+        # sdpa explicitly: the batched passes hand it per-row masks (eager works too).
         model = transformers.AutoModelForCausalLM.from_pretrained(
-            self.files.path, dtype=DTYPES[self.dtype]
+            self.files.path, dtype=DTYPES[self.dtype], attn_implementation="sdpa"
         )
         self.backend = CpuBackend(model, self.options, self.stats)
         return self.backend

@@ -477,9 +477,10 @@ async def test_the_event_loop_runs_while_a_prefill_is_computing(tiny_model_dir: 
         assert ticks == 200 and gated.feeds == [32] and not gated.open.is_set()
         gated.open.set()
         long_result, short_result = await long_task, await short_task
-    # Round robin: the short request ran between the long prompt's chunks, and was done
-    # long before that prefill was.
-    assert gated.feeds[:8] == [32, 32, 20, 32, 1, 32, 1, 32]
+    # Prefill chunks take turns and alternate with decode passes: the short request's
+    # prompt ran right after the chunk that was computing when it came, its tokens were
+    # decoded between the long prompt's chunks, and it was done long before that prefill.
+    assert gated.feeds[:7] == [32, 20, 1, 32, 1, 32, 32]
     assert len(long_result.token_ids) == 2 and len(short_result.token_ids) == 3
 
 
