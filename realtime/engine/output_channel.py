@@ -11,7 +11,8 @@ half the limit, it asks for a *resume*. A backend that cannot pause (exllamav2) 
 producing; its outputs are then folded into the last waiting one, so the queue's
 length stays bounded while the token ids (at most `max_tokens` of them) are kept.
 
-Waking the consumer is the core's job: `push` says whether the consumer is waiting,
+The consumer takes everything queued at once, merged into one output, so a loaded event
+loop handles fewer, larger outputs. Waking the consumer is the core's job: `push` says whether the consumer is waiting,
 and the core wakes all such consumers with one event-loop callback per batch of steps.
 """
 
@@ -99,14 +100,27 @@ class OutputChannel:
     # --- event loop ---
 
     def take(self, loop: asyncio.AbstractEventLoop) -> tuple[Delivery | None, bool]:
-        """(the next output, whether to ask for a resume now), or (None, False) after
-        arming `waiter` when nothing is queued."""
+        """(everything queued, as one output; whether to ask for a resume now), or
+        (None, False) after arming `waiter` when nothing is queued.
+
+        Outputs that queued up while the consumer was busy come out merged, so a
+        consumer that lags pays its per-output costs (a chunk, a write) once per batch
+        of tokens rather than once per token. An error is never merged: the outputs
+        before it come first.
+        """
         with self._lock:
-            if not self._items:
+            items = self._items
+            if not items:
                 self.waiter = loop.create_future()
                 return None, False
-            item = self._items.popleft()
-            resume = self.paused and not self.resume_asked and len(self._items) <= self.limit // 2
+            item = items.popleft()
+            while isinstance(item, EngineOutput) and item.finish_reason is None and items:
+                following = items[0]
+                if not isinstance(following, EngineOutput):
+                    break
+                items.popleft()
+                item = merge_outputs(item, following)
+            resume = self.paused and not self.resume_asked and len(items) <= self.limit // 2
             if resume:
                 self.resume_asked = True
             return item, resume
