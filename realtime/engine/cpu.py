@@ -119,7 +119,10 @@ class CpuEngine:
         self.stats = CpuStats()
         #: The backend, once `start()` built it; only the engine thread may call into it.
         self.backend: CpuBackend | None = None
-        self._core = ThreadedEngineCore(self._build_backend, name="realtime-cpu-engine")
+        # Under load a request's tokens reach its stream in fewer, larger chunks.
+        self._core = ThreadedEngineCore(
+            self._build_backend, name="realtime-cpu-engine", merge_backlog=True
+        )
         self._started = False
 
     @property

@@ -11,8 +11,10 @@ half the limit, it asks for a *resume*. A backend that cannot pause (exllamav2) 
 producing; its outputs are then folded into the last waiting one, so the queue's
 length stays bounded while the token ids (at most `max_tokens` of them) are kept.
 
-The consumer takes everything queued at once, merged into one output, so a loaded event
-loop handles fewer, larger outputs. Waking the consumer is the core's job: `push` says whether the consumer is waiting,
+With `merge` (the CPU engine), a consumer takes everything queued at once, merged into
+one output, so a loaded event loop handles fewer, larger outputs.
+
+Waking the consumer is the core's job: `push` says whether the consumer is waiting,
 and the core wakes all such consumers with one event-loop callback per batch of steps.
 """
 
@@ -44,12 +46,24 @@ class Pushed:
 class OutputChannel:
     """A bounded queue of one request's outputs; see the module docs for the protocol."""
 
-    __slots__ = ("_items", "_lock", "folded", "limit", "paused", "peak", "resume_asked", "waiter")
+    __slots__ = (
+        "_items",
+        "_lock",
+        "folded",
+        "limit",
+        "merge",
+        "paused",
+        "peak",
+        "resume_asked",
+        "waiter",
+    )
 
-    def __init__(self, limit: int = OUTPUT_QUEUE_LIMIT):
+    def __init__(self, limit: int = OUTPUT_QUEUE_LIMIT, *, merge: bool = False):
         if limit < 1:
             raise ValueError(f"the output queue limit must be at least 1, got {limit}")
         self.limit = limit
+        #: `take` merges everything queued into one output
+        self.merge = merge
         self._lock = threading.Lock()
         self._items: deque[Delivery] = deque()
         #: set (under the lock) by a consumer that found the queue empty
@@ -100,13 +114,13 @@ class OutputChannel:
     # --- event loop ---
 
     def take(self, loop: asyncio.AbstractEventLoop) -> tuple[Delivery | None, bool]:
-        """(everything queued, as one output; whether to ask for a resume now), or
-        (None, False) after arming `waiter` when nothing is queued.
+        """(the next output; whether to ask for a resume now), or (None, False) after
+        arming `waiter` when nothing is queued.
 
-        Outputs that queued up while the consumer was busy come out merged, so a
-        consumer that lags pays its per-output costs (a chunk, a write) once per batch
-        of tokens rather than once per token. An error is never merged: the outputs
-        before it come first.
+        With `merge`, the outputs that queued up while the consumer was busy come out as
+        one, so a consumer that lags pays its per-output costs (a chunk, a write) once
+        per batch of tokens rather than once per token. An error is never merged: the
+        outputs before it come first.
         """
         with self._lock:
             items = self._items
@@ -114,7 +128,12 @@ class OutputChannel:
                 self.waiter = loop.create_future()
                 return None, False
             item = items.popleft()
-            while isinstance(item, EngineOutput) and item.finish_reason is None and items:
+            while (
+                self.merge
+                and isinstance(item, EngineOutput)
+                and item.finish_reason is None
+                and items
+            ):
                 following = items[0]
                 if not isinstance(following, EngineOutput):
                     break

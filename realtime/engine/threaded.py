@@ -119,10 +119,13 @@ class ThreadedEngineCore:
         *,
         name: str,
         output_limit: int = OUTPUT_QUEUE_LIMIT,
+        merge_backlog: bool = False,
     ):
         self._factory = backend_factory
         self._name = name
         self._output_limit = output_limit
+        #: a consumer that lags takes what queued up as one output (see output_channel.py)
+        self._merge_backlog = merge_backlog
         self._commands: queue.SimpleQueue[_Command] = queue.SimpleQueue()
         #: the channels of requests being consumed (event-loop side)
         self._jobs: dict[int, OutputChannel] = {}
@@ -169,7 +172,7 @@ class ThreadedEngineCore:
             raise EngineUnavailableError(f"engine unavailable: {self.failure or 'not running'}")
         loop = asyncio.get_running_loop()
         job_id = next(self._ids)
-        channel = OutputChannel(self._output_limit)
+        channel = OutputChannel(self._output_limit, merge=self._merge_backlog)
         self._jobs[job_id] = channel
         self._commands.put(("add", job_id, request, channel))
         finished = False
