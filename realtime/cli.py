@@ -135,7 +135,7 @@ def _gpu_split(text: str) -> list[float]:
     return split
 
 
-#: Engine flags: (flag, engine, constructor keyword). Only the selected engine's are passed.
+#: Engine flags: (flag, engine(s), constructor keyword). Only the selected engine's are passed.
 _ENGINE_FLAGS = (
     ("max_cache_tokens", "cpu", "max_cache_tokens"),
     ("dtype", "cpu", "dtype"),
@@ -146,7 +146,7 @@ _ENGINE_FLAGS = (
     ("cache_size", "exllamav2", "cache_size"),
     ("cache_mode", "exllamav2", "cache_mode"),
     ("gpu_split", "exllamav2", "gpu_split"),
-    ("max_batch_size", "exllamav2", "max_batch_size"),
+    ("max_batch_size", "cpu exllamav2", "max_batch_size"),
     ("max_chunk_size", "exllamav2", "max_chunk_size"),
     ("paged", "exllamav2", "paged"),
     ("script", "scripted", "script"),
@@ -231,7 +231,11 @@ def _add_model_arguments(serve: argparse.ArgumentParser, d: ServerConfig) -> Non
     exl.add_argument(
         "--gpu-split", type=_gpu_split, metavar="GB,GB", help="GB per GPU (default: autosplit)"
     )
-    exl.add_argument("--max-batch-size", type=_positive_int, help="jobs decoded together")
+    exl.add_argument(
+        "--max-batch-size",
+        type=_positive_int,
+        help="sequences decoded together (cpu too: default 32, 1 = one per forward pass)",
+    )
     exl.add_argument(
         "--max-chunk-size", type=_positive_int, help="prefill tokens per pass (multiple of 256)"
     )
@@ -254,10 +258,11 @@ def _engine_options(args: argparse.Namespace, engine: str, *, chosen: bool) -> d
         value = getattr(args, flag)
         if value is None:
             continue
-        if owner != engine:
+        if engine not in owner.split():
             if chosen:
                 continue
-            raise ValueError(f"--{flag.replace('_', '-')} applies to the {owner} engine only")
+            owners = " and ".join(owner.split())
+            raise ValueError(f"--{flag.replace('_', '-')} applies to the {owners} engine only")
         options[keyword] = {"on": True, "off": False, "auto": None}.get(value, value)
     return options
 

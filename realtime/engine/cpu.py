@@ -16,6 +16,7 @@ imported only when the cpu engine is chosen.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from pathlib import Path
@@ -197,5 +198,11 @@ class CpuEngine:
         model = transformers.AutoModelForCausalLM.from_pretrained(
             self.files.path, dtype=DTYPES[self.dtype], attn_implementation="sdpa"
         )
+        if "cache" not in inspect.signature(model.forward).parameters:
+            raise RuntimeError(
+                f"transformers {transformers.__version__} is not supported by the cpu engine "
+                "(it needs the `cache` argument of transformers 5.24): "
+                "pip install 'realtime[cpu]'"
+            )
         self.backend = CpuBackend(model, self.options, self.stats)
         return self.backend
