@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -136,7 +137,6 @@ class BatchRunner:
             max_rows=max_rows,
             max_columns=max_length,
         )
-        self._eager = getattr(config, "_attn_implementation", "sdpa") == "eager"
         self._dtype = dtype
         #: row of each sequence, and each row's sequence and length; rows stay dense
         self._row: dict[int, int] = {}
@@ -194,24 +194,21 @@ class BatchRunner:
             # Padding goes to the scratch column; real tokens to their own positions.
             columns = torch.where(real, position_ids, self.cache.scratch)
         # A query sees its row's columns up to its own position; padding sees column 0
-        # only (an all-masked row would make NaNs).
-        mask = self._columns[:span].view(1, 1, 1, span) <= position_ids[:, None, :, None]
+        # only (an all-masked row would make NaNs). Additive (0 or -inf), which attention
+        # uses as it is; a boolean mask would be converted in every layer.
+        hidden = self._columns[:span].view(1, 1, 1, span) > position_ids[:, None, :, None]
+        mask = torch.zeros(hidden.shape, dtype=self._dtype).masked_fill_(hidden, -math.inf)
         first = rows[0]
         contiguous = rows == list(range(first, first + len(rows)))
         read: slice | torch.Tensor = (
             slice(first, first + len(rows)) if contiguous else torch.tensor(rows)
         )
         self.cache.plan = WritePlan(torch.tensor(rows).unsqueeze(1), columns, read, span)
-        attention_mask: torch.Tensor = mask
-        if self._eager:  # eager attention adds its mask to the scores
-            attention_mask = torch.zeros(mask.shape, dtype=self._dtype).masked_fill(
-                ~mask, torch.finfo(self._dtype).min
-            )
         try:
             with torch.inference_mode():
                 out = model(
                     input_ids=torch.tensor(ids, dtype=torch.long),
-                    attention_mask=attention_mask,
+                    attention_mask=mask,
                     position_ids=position_ids,
                     cache=self.cache,
                     use_cache=True,
