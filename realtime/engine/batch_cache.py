@@ -51,6 +51,8 @@ class WritePlan:
     read: slice | torch.Tensor
     #: columns read: the longest row's length after this pass
     span: int
+    #: the one column every row writes (rows read as a range, one token each), if so
+    column: int | None = None
 
 
 class BatchLayer(CacheLayerMixin):  # type: ignore[no-untyped-call]
@@ -171,7 +173,12 @@ class BatchKVCache(Cache):
         plan = self.plan
         assert plan is not None, "plan the forward pass before running it"
         keys, values = self.keys[layer], self.values[layer]
-        if plan.columns.shape[1] == 1:
+        read = plan.read
+        if plan.column is not None and isinstance(read, slice):
+            # The common decode pass: every row at the same position, plain slices.
+            keys[read, :, plan.column] = key_states[:, :, 0]
+            values[read, :, plan.column] = value_states[:, :, 0]
+        elif plan.columns.shape[1] == 1:
             rows, columns = plan.rows[:, 0], plan.columns[:, 0]
             keys[rows, :, columns] = key_states[:, :, 0]
             values[rows, :, columns] = value_states[:, :, 0]

@@ -82,6 +82,8 @@ log = logging.getLogger("realtime.engine.cpu")
 ENDED_SESSIONS_KEPT = 4096
 #: `cache_scope` values: who may reuse whose KV (see the module docs).
 CACHE_SCOPES = ("session", "salt")
+#: No banned ids (shared, so a pass builds no empty sets).
+_NOTHING: frozenset[int] = frozenset()
 #: Sequences decoded together by default.
 DEFAULT_MAX_BATCH_SIZE = 32
 
@@ -110,6 +112,8 @@ class _Job:
         "generated",
         "job_id",
         "key",
+        "max_tokens",
+        "min_tokens",
         "paused",
         "prompt_len",
         "request",
@@ -147,6 +151,8 @@ class _Job:
         self.generated = 0
         #: ids that end the request (EOS unless ignore_eos, stop ids): banned before min_tokens
         self.suppressed: frozenset[int] = frozenset()
+        self.min_tokens = request.stop.min_tokens
+        self.max_tokens = request.stop.max_tokens
         self.stats = RequestStats()
         #: `cached_tokens` for the first output; None once sent
         self.unsent_cached: int | None = 0
@@ -413,64 +419,72 @@ class CpuBackend:
     def _run(
         self, runner: Runner, batch: list[tuple[_Job, Feed]]
     ) -> list[tuple[int, EngineOutput]]:
-        """One forward pass (or, unbatched, one per feed) and the tokens it chose."""
+        """One forward pass (or, unbatched, one per feed) and the tokens it chose.
+
+        Runs once per pass for every sequence in it, so it avoids per-row calls where
+        plain arithmetic will do."""
         stats = self.stats
-        passes = 1 if runner.batched else len(batch)
+        size = len(batch)
         before = stats.forward_passes
         logits = runner.forward(self.model, [feed for _, feed in batch])
-        stats.forward_passes += passes
-        stats.rows_forwarded += len(batch)
-        stats.largest_batch = max(stats.largest_batch, len(batch))
-        ready: list[tuple[int, _Job]] = []
+        stats.forward_passes = before + (1 if runner.batched else size)
+        stats.rows_forwarded += size
+        if size > stats.largest_batch:
+            stats.largest_batch = size
+        recent = stats.recent_forwards
+        rows: list[int] = []
+        ready: list[_Job] = []
         for row, (job, feed) in enumerate(batch):
             fed = len(feed.tokens)
-            if job.stats.steps_waited is None:
-                job.stats.steps_waited = before - job.arrival
-            prompt_part = max(0, min(fed, job.prompt_len - job.computed))
-            job.computed += fed
-            job.stats.forward_passes += 1
-            job.stats.largest_batch = max(job.stats.largest_batch, len(batch))
-            job.stats.prefill_computed += prompt_part
-            stats.prefill_tokens_computed += prompt_part
+            counters = job.stats
+            if counters.steps_waited is None:
+                counters.steps_waited = before - job.arrival
+            computed = job.computed
+            if computed < job.prompt_len:
+                prompt_part = min(fed, job.prompt_len - computed)
+                counters.prefill_computed += prompt_part
+                stats.prefill_tokens_computed += prompt_part
+            computed += fed
+            job.computed = computed
+            counters.forward_passes += 1
+            if size > counters.largest_batch:
+                counters.largest_batch = size
             if job.background:
                 stats.background_forward_passes += 1
-            stats.recent_forwards.append((job.request.request_id, fed))
-            if job.computed == len(job.tokens):  # not mid-prompt: a token is due
-                ready.append((row, job))
+            recent.append((job.request.request_id, fed))
+            if computed == len(job.tokens):  # not mid-prompt: a token is due
+                rows.append(row)
+                ready.append(job)
         if not ready:
             return []
         chosen = sample_batch(
-            [job.sampler for _, job in ready],
-            logits[[row for row, _ in ready]] if len(ready) < len(batch) else logits,
-            [self._banned(job) for _, job in ready],
+            [job.sampler for job in ready],
+            logits[rows] if len(rows) < size else logits,
+            [job.suppressed if job.generated < job.min_tokens else _NOTHING for job in ready],
         )
         outputs = []
-        for (_, job), sampled in zip(ready, chosen, strict=True):
+        for job, sampled in zip(ready, chosen, strict=True):
             output = self._next_token(job, sampled.token_id, sampled.logprob)
             if output.finish_reason is not None:
                 self._finish(job, output.finish_reason)
             outputs.append((job.job_id, output))
+        stats.tokens_generated += len(ready)
         return outputs
-
-    def _banned(self, job: _Job) -> frozenset[int]:
-        return job.suppressed if job.generated < job.request.stop.min_tokens else frozenset()
 
     def _next_token(self, job: _Job, token: int, logprob: Any) -> EngineOutput:
         stop = job.request.stop
-        job.tokens.append(token)
+        tokens = job.tokens
+        tokens.append(token)
         job.generated += 1
         job.stats.tokens_generated += 1
-        self.stats.tokens_generated += 1
         reason: FinishReason | None = None
-        if token in stop.stop_token_ids:
-            reason = FinishReason.STOP
-        elif not stop.ignore_eos and token in self.options.eos_token_ids:
-            reason = FinishReason.EOS
-        on_token = reason is not None
-        if reason is None and (
-            (stop.max_tokens is not None and job.generated >= stop.max_tokens)
-            or len(job.tokens) >= self.options.context_length
-        ):
+        on_token = False
+        if token in job.suppressed:  # EOS (unless ignored) or a stop id
+            on_token = True
+            reason = FinishReason.STOP if token in stop.stop_token_ids else FinishReason.EOS
+        elif (job.max_tokens is not None and job.generated >= job.max_tokens) or len(
+            tokens
+        ) >= self.options.context_length:
             reason = FinishReason.LENGTH
         cached, job.unsent_cached = job.unsent_cached, None
         return EngineOutput(

@@ -19,7 +19,6 @@ sequence. Two runners share one interface:
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 from dataclasses import dataclass
@@ -157,16 +156,18 @@ class BatchRunner:
             self.cache.load(row, prefix, length)
 
     def forward(self, model: Any, feeds: list[Feed]) -> torch.Tensor:
-        rows = [self._row[feed.key] for feed in feeds]
+        row_of = self._row
+        rows = [row_of[feed.key] for feed in feeds]
         order: list[int] | None = None
-        if any(a > b for a, b in itertools.pairwise(rows)):
+        if rows != sorted(rows):
             # In row order, a decode pass over a dense batch reads a view, not a gather.
             order = sorted(range(len(feeds)), key=rows.__getitem__)
             feeds = [feeds[i] for i in order]
             rows = [rows[i] for i in order]
         logits = self._forward(model, feeds, rows)
+        length = self._length
         for feed in feeds:
-            self._length[feed.key] = feed.start + len(feed.tokens)
+            length[feed.key] = feed.start + len(feed.tokens)
         if order is None:
             return logits
         back = torch.empty(len(order), dtype=torch.long)
@@ -174,25 +175,32 @@ class BatchRunner:
         return logits.index_select(0, back)
 
     def _forward(self, model: Any, feeds: list[Feed], rows: list[int]) -> torch.Tensor:
-        width = max(len(feed.tokens) for feed in feeds)
-        span = max(feed.start + len(feed.tokens) for feed in feeds)
+        width = span = 0
+        for feed in feeds:
+            fed = len(feed.tokens)
+            if fed > width:
+                width = fed
+            if feed.start + fed > span:
+                span = feed.start + fed
         self.cache.reserve(len(self._keys), span)
-        if width == 1:  # a decode pass: no padding
-            ids = [feed.tokens for feed in feeds]
-            position_ids = torch.tensor([[feed.start] for feed in feeds], dtype=torch.long)
+        if width == 1:  # a decode pass: no padding; ids and positions in one tensor
+            both = torch.tensor([[feed.tokens[0], feed.start] for feed in feeds], dtype=torch.long)
+            ids: list[list[int]] | torch.Tensor = both[:, :1]
+            position_ids = both[:, 1:]
             columns = position_ids
         else:
-            ids = []
+            padded: list[list[int]] = []
             positions: list[list[int]] = []
             for feed in feeds:
                 pad = width - len(feed.tokens)
-                ids.append([_PAD_ID] * pad + feed.tokens)
+                padded.append([_PAD_ID] * pad + feed.tokens)
                 positions.append([0] * pad + list(range(feed.start, feed.start + len(feed.tokens))))
             position_ids = torch.tensor(positions, dtype=torch.long)
             pads = torch.tensor([width - len(feed.tokens) for feed in feeds])
             real = torch.arange(width).unsqueeze(0) >= pads.unsqueeze(1)
             # Padding goes to the scratch column; real tokens to their own positions.
             columns = torch.where(real, position_ids, self.cache.scratch)
+            ids = padded
         # A query sees its row's columns up to its own position; padding sees column 0
         # only (an all-masked row would make NaNs). Additive (0 or -inf), which attention
         # uses as it is; a boolean mask would be converted in every layer.
@@ -203,11 +211,14 @@ class BatchRunner:
         read: slice | torch.Tensor = (
             slice(first, first + len(rows)) if contiguous else torch.tensor(rows)
         )
-        self.cache.plan = WritePlan(torch.tensor(rows).unsqueeze(1), columns, read, span)
+        column = span - 1 if width == 1 and all(f.start == span - 1 for f in feeds) else None
+        self.cache.plan = WritePlan(
+            torch.tensor(rows).unsqueeze(1), columns, read, span, column if contiguous else None
+        )
         try:
             with torch.inference_mode():
                 out = model(
-                    input_ids=torch.tensor(ids, dtype=torch.long),
+                    input_ids=ids if isinstance(ids, torch.Tensor) else torch.tensor(ids),
                     attention_mask=mask,
                     position_ids=position_ids,
                     cache=self.cache,
