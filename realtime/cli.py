@@ -198,7 +198,9 @@ def _add_model_arguments(serve: argparse.ArgumentParser, d: ServerConfig) -> Non
         help="tokens of KV cache kept for prefix reuse (default 32768; 0 = no reuse)",
     )
     cpu.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="weights dtype")
-    cpu.add_argument("--threads", type=_positive_int, help="torch CPU threads")
+    cpu.add_argument(
+        "--threads", type=_positive_int, help="torch CPU threads (default: usable cores - 1)"
+    )
     cpu.add_argument(
         "--prefill-chunk", type=_positive_int, help="prompt tokens per forward pass (default 256)"
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -45,6 +46,8 @@ SUMMARY = (
 
 OURS, VLLM = "realtime", "vLLM"
 SCALE_GOAL = 3.0
+#: Pause before each measured run (vLLM idles down within about 5 s of its last request).
+SETTLE_SECONDS = 3.0
 SCALE_AT = 8
 
 
@@ -140,6 +143,9 @@ def _measure(
     concurrency: int,
     served: int,
 ) -> None:
+    # vLLM's engine keeps polling for a moment after its last request; let the server
+    # that ran before settle, so it takes no CPU from this run.
+    time.sleep(SETTLE_SECONDS)
     before, cpu_before = snapshot(), tree_cpu_seconds(server.pid)
     load = client_loop.run(
         closed_loop(
@@ -229,7 +235,9 @@ def _judge(result: ScenarioResult, p: Params, with_vllm: bool) -> None:
         "defaults for CPU (it binds its engine to one core and keeps the other for its API "
         "server). Each run: every worker sends "
         f"{p.rounds} request(s) back to back, {p.tokens} tokens each; tokens/s is all "
-        "completion tokens over the time from the first request to the last answer."
+        "completion tokens over the time from the first request to the last answer. "
+        f"Each run starts {SETTLE_SECONDS:g} s after the previous one ended, so the server "
+        "that ran before is idle."
     )
 
 

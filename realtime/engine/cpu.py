@@ -17,6 +17,7 @@ imported only when the cpu engine is chosen.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from pathlib import Path
@@ -42,6 +43,16 @@ from realtime.engine.sampling import validate_sampling
 from realtime.engine.threaded import ThreadedEngineCore
 from realtime.protocol.errors import InvalidRequestError
 
+
+def default_threads() -> int:
+    """torch threads when none are asked for: one core is left to the event loop."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -59,7 +70,9 @@ class CpuEngine:
       for shared system prompts, but leaks prompt prefixes through timing); see
       `cpu_backend.py`;
     - `dtype`: "float32" (default), "bfloat16" or "float16" for the weights and KV cache;
-    - `threads`: torch's intra-op threads (process-wide; default: torch's choice);
+    - `threads`: torch's intra-op threads (process-wide; default: the usable cores minus
+      one, at least 1: the event loop needs a core of its own, and torch's threads spin
+      while they wait, so on two cores torch's own default halves the throughput);
     - `prefill_chunk_tokens`: the most prompt tokens (padding included) one prefill
       pass takes, over all the sequences it serves;
     - `background_chunk_tokens`: the same for background work (speculative warm-ups),
@@ -106,7 +119,7 @@ class CpuEngine:
             raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
         self.files: ModelFiles = load_model_dir(model_dir, chat_template=chat_template)
         self.dtype = dtype
-        self.threads = threads
+        self.threads = threads if threads is not None else default_threads()
         self.options = BackendOptions(
             context_length=self.files.context_length,
             eos_token_ids=frozenset(self.files.eos_token_ids),
@@ -192,8 +205,7 @@ class CpuEngine:
 
     def _build_backend(self) -> CpuBackend:
         """Runs on the engine thread: load the weights there, once (already in eval mode)."""
-        if self.threads is not None:
-            torch.set_num_threads(self.threads)
+        torch.set_num_threads(self.threads)
         # sdpa explicitly: the batched passes hand it per-row masks (eager works too).
         model = transformers.AutoModelForCausalLM.from_pretrained(
             self.files.path, dtype=DTYPES[self.dtype], attn_implementation="sdpa"

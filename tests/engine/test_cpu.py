@@ -584,3 +584,11 @@ async def test_a_cancelled_request_leaves_its_computed_prefix_behind(tiny_model_
         await run(engine, prompt, request_id="real", max_tokens=1)
         reused = engine.stats.request("real").prefill_reused
     assert computed >= 48 and reused == min(computed, len(prompt) - 1)
+
+
+def test_torch_threads_leave_a_core_to_the_event_loop(tiny_model_dir: Path) -> None:
+    import os
+
+    usable = len(os.sched_getaffinity(0))
+    assert CpuEngine(tiny_model_dir).threads == max(1, usable - 1)
+    assert CpuEngine(tiny_model_dir, threads=3).threads == 3
