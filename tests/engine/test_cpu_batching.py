@@ -190,13 +190,23 @@ async def test_a_reader_that_stops_is_paused_while_the_batch_goes_on(
 async def test_a_newcomers_prefill_alternates_with_the_running_decodes(
     tiny_model_dir: Path,
 ) -> None:
-    async with running(tiny_model_dir, prefill_chunk_tokens=32) as engine:
+    async with running(tiny_model_dir, prefill_chunk_tokens=32, max_cache_tokens=0) as engine:
         texts = prompts(engine, 2)
+        alone = [
+            await run(engine, p, request_id=f"a{i}", max_tokens=60) for i, p in enumerate(texts)
+        ]
         running_tasks = [
             asyncio.create_task(run(engine, p, request_id=f"d{i}", max_tokens=60))
             for i, p in enumerate(texts)
         ]
-        await until(lambda: engine.stats.tokens_generated >= 4)
+
+        def both_decoding() -> bool:
+            requests = engine.stats.requests
+            return all(
+                f"d{i}" in requests and requests[f"d{i}"].tokens_generated >= 2 for i in (0, 1)
+            )
+
+        await until(both_decoding)
         gate = step_gate(engine)
         gate.allow(1)
         await gate.until_entered(2)  # a pass done, the next one held
@@ -207,7 +217,7 @@ async def test_a_newcomers_prefill_alternates_with_the_running_decodes(
             await asyncio.sleep(0)
         start = len(engine.stats.recent_forwards)
         gate.open()
-        await asyncio.gather(newcomer, *running_tasks)
+        _, *decoded = await asyncio.gather(newcomer, *running_tasks)
         schedule = list(engine.stats.recent_forwards)[start:]
         new_stats = engine.stats.request("new")
     # Each pass is either the newcomer's prompt chunk (at most 32 tokens) or one token
@@ -218,6 +228,9 @@ async def test_a_newcomers_prefill_alternates_with_the_running_decodes(
     for a, b in itertools.pairwise(prefill_passes):
         between = {rid for rid, _ in schedule[a + 1 : b]}
         assert between == {"d0", "d1"}, f"passes between two prompt chunks: {between}"
+    # The 300-token prompt made every row grow (256 columns to 512) mid-answer: the
+    # running answers went on unchanged.
+    assert [r.token_ids for r in decoded] == [r.token_ids for r in alone]
 
 
 async def test_a_full_batch_makes_newcomers_wait_for_a_place(tiny_model_dir: Path) -> None:
