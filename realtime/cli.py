@@ -145,7 +145,7 @@ def _gpu_split(text: str) -> list[float]:
     return split
 
 
-#: Engine flags: (flag, engine, constructor keyword). Only the selected engine's are passed.
+#: Engine flags: (flag, engine(s), constructor keyword). Only the selected engine's are passed.
 _ENGINE_FLAGS = (
     ("max_cache_tokens", "cpu", "max_cache_tokens"),
     ("dtype", "cpu", "dtype"),
@@ -156,7 +156,7 @@ _ENGINE_FLAGS = (
     ("cache_size", "exllamav2", "cache_size"),
     ("cache_mode", "exllamav2", "cache_mode"),
     ("gpu_split", "exllamav2", "gpu_split"),
-    ("max_batch_size", "exllamav2", "max_batch_size"),
+    ("max_batch_size", "cpu exllamav2", "max_batch_size"),
     ("max_chunk_size", "exllamav2", "max_chunk_size"),
     ("paged", "exllamav2", "paged"),
     ("script", "scripted", "script"),
@@ -208,7 +208,9 @@ def _add_model_arguments(serve: argparse.ArgumentParser, d: ServerConfig) -> Non
         help="tokens of KV cache kept for prefix reuse (default 32768; 0 = no reuse)",
     )
     cpu.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="weights dtype")
-    cpu.add_argument("--threads", type=_positive_int, help="torch CPU threads")
+    cpu.add_argument(
+        "--threads", type=_positive_int, help="torch CPU threads (default: usable cores - 1)"
+    )
     cpu.add_argument(
         "--prefill-chunk", type=_positive_int, help="prompt tokens per forward pass (default 256)"
     )
@@ -241,7 +243,11 @@ def _add_model_arguments(serve: argparse.ArgumentParser, d: ServerConfig) -> Non
     exl.add_argument(
         "--gpu-split", type=_gpu_split, metavar="GB,GB", help="GB per GPU (default: autosplit)"
     )
-    exl.add_argument("--max-batch-size", type=_positive_int, help="jobs decoded together")
+    exl.add_argument(
+        "--max-batch-size",
+        type=_positive_int,
+        help="sequences decoded together (cpu too: default 32, 1 = one per forward pass)",
+    )
     exl.add_argument(
         "--max-chunk-size", type=_positive_int, help="prefill tokens per pass (multiple of 256)"
     )
@@ -264,10 +270,11 @@ def _engine_options(args: argparse.Namespace, engine: str, *, chosen: bool) -> d
         value = getattr(args, flag)
         if value is None:
             continue
-        if owner != engine:
+        if engine not in owner.split():
             if chosen:
                 continue
-            raise ValueError(f"--{flag.replace('_', '-')} applies to the {owner} engine only")
+            owners = " and ".join(owner.split())
+            raise ValueError(f"--{flag.replace('_', '-')} applies to the {owners} engine only")
         options[keyword] = {"on": True, "off": False, "auto": None}.get(value, value)
     return options
 

@@ -133,3 +133,12 @@ def test_a_flag_for_another_named_engine_is_an_error():
     args = _parser().parse_args(["serve", "--engine", "cpu", "--model", "m", "--cache-mode", "Q6"])
     with pytest.raises(ValueError, match="--cache-mode applies to the exllamav2 engine only"):
         config_from_args(args)
+
+
+def test_max_batch_size_belongs_to_both_batching_engines():
+    for engine in ("cpu", "exllamav2"):
+        args = _parser().parse_args(["serve", "--engine", engine, "--max-batch-size", "4"])
+        assert config_from_args(args).engine_options == {"max_batch_size": 4}
+    args = _parser().parse_args(["serve", "--engine", "echo", "--max-batch-size", "4"])
+    with pytest.raises(ValueError, match="applies to the cpu and exllamav2 engine only"):
+        config_from_args(args)

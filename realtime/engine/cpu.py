@@ -1,8 +1,9 @@
 """The CPU reference engine: a Hugging Face model directory run with transformers.
 
 It exists so the whole real-model path (tokenizer, chat template, sampling, logprobs,
-stops, KV reuse, cancellation) runs and is tested on any machine, without a GPU. It
-is not fast: it runs one sequence per forward pass (see `cpu_backend.py` for why).
+stops, KV reuse, cancellation) runs and is tested on any machine, without a GPU, and
+serves small models for real: concurrent requests share forward passes (continuous
+batching, see `cpu_backend.py`).
 
 The model directory is read when the engine is built (tokenizer, template, limits),
 so `info` is available before `start()`; the weights are loaded by `start()`, on the
@@ -15,6 +16,8 @@ imported only when the cpu engine is chosen.
 
 from __future__ import annotations
 
+import inspect
+import os
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from pathlib import Path
@@ -29,10 +32,26 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 from realtime.chat.model_dir import ModelFiles, load_model_dir
 from realtime.engine.base import EngineOutput, EngineRequest, ModelInfo
-from realtime.engine.cpu_backend import CACHE_SCOPES, BackendOptions, CpuBackend, CpuStats
+from realtime.engine.cpu_backend import (
+    CACHE_SCOPES,
+    DEFAULT_MAX_BATCH_SIZE,
+    BackendOptions,
+    CpuBackend,
+    CpuStats,
+)
 from realtime.engine.sampling import validate_sampling
 from realtime.engine.threaded import ThreadedEngineCore
 from realtime.protocol.errors import InvalidRequestError
+
+
+def default_threads() -> int:
+    """torch threads when none are asked for: one core is left to the event loop."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -51,10 +70,15 @@ class CpuEngine:
       for shared system prompts, but leaks prompt prefixes through timing); see
       `cpu_backend.py`;
     - `dtype`: "float32" (default), "bfloat16" or "float16" for the weights and KV cache;
-    - `threads`: torch's intra-op threads (process-wide; default: torch's choice);
-    - `prefill_chunk_tokens`: the most prompt tokens one forward pass takes;
+    - `threads`: torch's intra-op threads (process-wide; default: the usable cores minus
+      one, at least 1: the event loop needs a core of its own, and torch's threads spin
+      while they wait, so on two cores torch's own default halves the throughput);
+    - `prefill_chunk_tokens`: the most prompt tokens (padding included) one prefill
+      pass takes, over all the sequences it serves;
     - `background_chunk_tokens`: the same for background work (speculative warm-ups),
       which bounds how long a request arriving mid-chunk waits (default: 128);
+    - `max_batch_size`: client sequences decoded together in one forward pass (default
+      32); more wait for a place; 1 runs one sequence per pass;
     - `chat_template`: a template overriding the directory's own.
     """
 
@@ -73,6 +97,7 @@ class CpuEngine:
         chat_template: str | None = None,
         cache_scope: str = "session",
         background_chunk_tokens: int = 128,
+        max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     ):
         if dtype not in DTYPES:
             raise ValueError(f"unknown dtype {dtype!r}; choose one of: {', '.join(DTYPES)}")
@@ -90,9 +115,11 @@ class CpuEngine:
             raise ValueError(
                 f"background_chunk_tokens must be at least 1, got {background_chunk_tokens}"
             )
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
         self.files: ModelFiles = load_model_dir(model_dir, chat_template=chat_template)
         self.dtype = dtype
-        self.threads = threads
+        self.threads = threads if threads is not None else default_threads()
         self.options = BackendOptions(
             context_length=self.files.context_length,
             eos_token_ids=frozenset(self.files.eos_token_ids),
@@ -100,12 +127,16 @@ class CpuEngine:
             prefill_chunk_tokens=prefill_chunk_tokens,
             cache_scope=cache_scope,
             background_chunk_tokens=background_chunk_tokens,
+            max_batch_size=max_batch_size,
         )
         self._info = self.files.model_info(name=model_name)
         self.stats = CpuStats()
         #: The backend, once `start()` built it; only the engine thread may call into it.
         self.backend: CpuBackend | None = None
-        self._core = ThreadedEngineCore(self._build_backend, name="realtime-cpu-engine")
+        # Under load a request's tokens reach its stream in fewer, larger chunks.
+        self._core = ThreadedEngineCore(
+            self._build_backend, name="realtime-cpu-engine", merge_backlog=True
+        )
         self._started = False
 
     @property
@@ -174,10 +205,16 @@ class CpuEngine:
 
     def _build_backend(self) -> CpuBackend:
         """Runs on the engine thread: load the weights there, once (already in eval mode)."""
-        if self.threads is not None:
-            torch.set_num_threads(self.threads)
+        torch.set_num_threads(self.threads)
+        # sdpa explicitly: the batched passes hand it per-row masks (eager works too).
         model = transformers.AutoModelForCausalLM.from_pretrained(
-            self.files.path, dtype=DTYPES[self.dtype]
+            self.files.path, dtype=DTYPES[self.dtype], attn_implementation="sdpa"
         )
+        if "cache" not in inspect.signature(model.forward).parameters:
+            raise RuntimeError(
+                f"transformers {transformers.__version__} is not supported by the cpu engine "
+                "(it needs the `cache` argument of transformers 5.24): "
+                "pip install 'realtime[cpu]'"
+            )
         self.backend = CpuBackend(model, self.options, self.stats)
         return self.backend

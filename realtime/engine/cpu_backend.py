@@ -1,29 +1,48 @@
-"""The CPU engine's model half: jobs, forward passes, stop conditions and KV reuse.
+"""The CPU engine's model half: jobs, the running batch, stop conditions and KV reuse.
 
 Everything here runs on the engine thread (see `threaded.py`), which owns the model
 and every KV tensor, so nothing needs a lock.
 
-Scheduling: one forward pass per `step()`, for one job. Jobs of the most urgent
-priority present (lowest `EngineRequest.priority`) take turns (round robin); jobs of
-lower priority (speculative warm-ups) run only while no more urgent job exists. A
-decoding job feeds its last token; a prefilling job feeds the next chunk of at most
-`prefill_chunk_tokens` prompt tokens (`background_chunk_tokens` for background jobs).
-Chunking bounds how long any step holds the model, so a long prompt cannot starve
-other requests, a cancel (handled between steps by the core) waits for at most one
-chunk, and a client's request that arrives during a warm-up waits for at most the
-warm-up chunk already running. Interleaving costs throughput when many requests
-decode at once, but it keeps each forward pass a batch of one, so a request's logits
-(and a seeded request's tokens) never depend on what else is running, and a KV cache
-is just that request's `DynamicCache`.
+Continuous batching. Client requests (normal priority) join a running batch between
+steps, up to `max_batch_size` sequences, and leave it as soon as they finish or are
+cancelled; the rest wait, in arrival order, for a place. Each `step()` is one forward
+pass (`cpu_runner.py`), one of two kinds:
+
+- a *decode* pass feeds every decoding sequence of the batch its last token, in one
+  forward pass, and samples each one's next token;
+- a *prefill* pass feeds newcomers the next chunk of their prompts: sequences taken in
+  turn, left-padded to the longest chunk, at most `prefill_chunk_tokens` tokens in all
+  (padding included).
+
+While both kinds have work they alternate, so a newcomer's prefill delays the running
+decodes by at most one chunk's pass, and every output of a pass is handed to the event
+loop before the next pass starts. Each sequence keeps its own sampling parameters,
+generator (seed), stop conditions, logprobs and cancel; a cancel is applied between
+passes, so it costs at most the pass already running. A sequence whose reader lags is
+*paused* (`pause`/`resume`, driven by the core's bounded output queues): it keeps its
+KV and its place but is left out of decode passes until its reader catches up.
+
+Background priority (speculative warm-ups) never shares a pass with client requests:
+its jobs run one sequence per pass, in `background_chunk_tokens` chunks, taking turns,
+and only while no client request can run. A client request arriving mid-warm-up waits
+for at most the warm-up chunk already running.
+
+Batched and alone. A batched pass computes a sequence's logits with other rows in the
+same matrix products, so they can differ from a lone run's in the last float bits; a
+greedy token changes only where the two best logits are that close (a near tie), and
+a seeded request keeps its own generator and one draw per token either way. Models
+whose layers are not all plain full attention, or whose batched passes do not match
+single ones when the engine starts (`verify_batching`), run one sequence per pass;
+`max_batch_size=1` asks for that too.
 
 KV reuse: when a job ends (finished or cancelled), its KV state and the token ids it
 covers (the prompt and every generated token but the last, which was never fed) go
 into a `PrefixCache`; a new job starts from the longest stored prefix of its prompt
-and computes the rest. At least the last prompt token is always computed, because its
-logits choose the first output token. A job that arrives while a lower-priority job
-has already computed more of its prompt than the cache holds (its own next turn being
-warmed up) takes that work over: the warm-up ends (`CANCELLED`) and leaves its KV in
-the cache first.
+(copied into its batch row when it joins the batch) and computes the rest. At least
+the last prompt token is always computed, because its logits choose the first output
+token. A job that arrives while a lower-priority job has already computed more of its
+prompt than the cache holds (its own next turn being warmed up) takes that work over:
+the warm-up ends (`CANCELLED`) and leaves its KV in the cache first.
 
 Isolation: entries are keyed by `(cache_salt, session_id)` when `cache_scope` is
 "session" (the default: a session only reuses its own work, and requests without a
@@ -32,7 +51,8 @@ when it is "salt" (every request with the same salt shares, across sessions). Sh
 saves the prefill of common system prompts across users, but the time to first token
 then tells one user whether another recently sent a prompt that begins the same way (a
 timing side channel), which is why it is opt-in. In both scopes a session's newest
-entry is kept from eviction while anything else can go.
+entry is kept from eviction while anything else can go. Batching shares forward
+passes, never KV: every row attends to its own columns only.
 """
 
 from __future__ import annotations
@@ -41,81 +61,31 @@ import logging
 import queue
 from collections import OrderedDict, deque
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from realtime.engine.base import NORMAL_PRIORITY, EngineOutput, EngineRequest, FinishReason
+from realtime.engine.batch_cache import KVState
+from realtime.engine.cpu_runner import BatchRunner, Feed, Runner, SoloRunner, verify_batching
+from realtime.engine.cpu_stats import CpuStats, RequestStats
 from realtime.engine.prefix_cache import PrefixCache, common_prefix_length
-from realtime.engine.sampling import SequenceSampler
+from realtime.engine.sampling import SequenceSampler, sample_batch
+
+__all__ = ["CACHE_SCOPES", "BackendOptions", "CpuBackend", "CpuStats", "KVState", "RequestStats"]
 
 log = logging.getLogger("realtime.engine.cpu")
 
-#: Per-layer (keys, values), each [1, kv_heads, tokens, head_dim]: a stored KV prefix.
-KVState = tuple[tuple[torch.Tensor, torch.Tensor], ...]
-
-#: Per-request counters kept for this many recent requests (older ones are dropped).
-REQUEST_STATS_KEPT = 1024
 #: Ended sessions remembered, so a late cancel does not re-protect their entries.
 ENDED_SESSIONS_KEPT = 4096
 #: `cache_scope` values: who may reuse whose KV (see the module docs).
 CACHE_SCOPES = ("session", "salt")
-
-
-@dataclass
-class RequestStats:
-    """What the engine did for one request (by `EngineRequest.request_id`)."""
-
-    prompt_tokens: int = 0
-    #: prompt tokens taken from the prefix cache (reported as `cached_tokens`)
-    prefill_reused: int = 0
-    #: prompt tokens run through the model
-    prefill_computed: int = 0
-    forward_passes: int = 0
-    tokens_generated: int = 0
-    finish_reason: str | None = None
-    cancelled: bool = False
-    #: ended by a more urgent request that took over its KV (a warm-up, usually)
-    preempted: bool = False
-    priority: int = NORMAL_PRIORITY
-    #: forward passes run for other jobs between this job's arrival and its first one
-    steps_waited: int | None = None
-
-
-@dataclass
-class CpuStats:
-    """Counters tests and benchmarks read (from any thread) to prove what was computed."""
-
-    forward_passes: int = 0
-    prefill_tokens_computed: int = 0
-    prefill_tokens_reused: int = 0
-    tokens_generated: int = 0
-    requests_started: int = 0
-    requests_finished: int = 0
-    requests_cancelled: int = 0
-    requests_preempted: int = 0
-    #: forward passes run for background-priority jobs (speculative warm-ups)
-    background_forward_passes: int = 0
-    #: entries and tokens currently held by the prefix cache, and evictions so far
-    cache_entries: int = 0
-    cache_tokens: int = 0
-    cache_evictions: int = 0
-    requests: OrderedDict[str, RequestStats] = field(default_factory=OrderedDict)
-    #: (request id, tokens fed) of the latest forward passes, oldest first: the schedule
-    recent_forwards: deque[tuple[str, int]] = field(default_factory=lambda: deque(maxlen=512))
-
-    def request(self, request_id: str) -> RequestStats:
-        """The counters of one recent request (KeyError if unknown or forgotten)."""
-        return self.requests[request_id]
-
-    def _track(self, request_id: str) -> RequestStats:
-        stats = self.requests[request_id] = RequestStats()
-        while len(self.requests) > REQUEST_STATS_KEPT:
-            self.requests.popitem(last=False)
-        return stats
+#: No banned ids (shared, so a pass builds no empty sets).
+_NOTHING: frozenset[int] = frozenset()
+#: Sequences decoded together by default.
+DEFAULT_MAX_BATCH_SIZE = 32
 
 
 @dataclass(frozen=True)
@@ -128,20 +98,26 @@ class BackendOptions:
     cache_scope: str = "session"
     #: prefill chunk of background jobs; smaller = less wait for a request arriving mid-chunk
     background_chunk_tokens: int | None = None
+    #: client sequences in the running batch; 1 = one sequence per forward pass
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
 
 
 class _Job:
-    """One request on the engine thread: its tokens, KV cache and sampling state."""
+    """One request on the engine thread: its tokens, KV and sampling state."""
 
     __slots__ = (
         "arrival",
-        "cache",
+        "attached",
         "computed",
         "generated",
         "job_id",
         "key",
+        "max_tokens",
+        "min_tokens",
+        "paused",
         "prompt_len",
         "request",
+        "runner",
         "sampler",
         "stats",
         "suppressed",
@@ -150,42 +126,71 @@ class _Job:
     )
 
     def __init__(
-        self, job_id: int, request: EngineRequest, sampler: SequenceSampler, key: Hashable
+        self,
+        job_id: int,
+        request: EngineRequest,
+        sampler: SequenceSampler,
+        key: Hashable,
+        runner: Runner,
     ):
         self.job_id = job_id
         self.request = request
         self.sampler = sampler
         #: the prefix cache's isolation key for this job's lookups and inserts
         self.key = key
+        #: what runs its forward passes (and holds its KV once `attached`)
+        self.runner = runner
+        self.attached = False
+        #: left out of decode passes while its reader lags
+        self.paused = False
         #: the engine's forward-pass count when the job arrived (for `steps_waited`)
         self.arrival = 0
         self.tokens = list(request.prompt_token_ids)  # prompt, then generated ids
         self.prompt_len = len(self.tokens)
-        self.computed = 0  # leading tokens whose KV is in `cache`
+        self.computed = 0  # leading tokens whose KV the runner holds
         self.generated = 0
-        self.cache: Any = None
         #: ids that end the request (EOS unless ignore_eos, stop ids): banned before min_tokens
         self.suppressed: frozenset[int] = frozenset()
+        self.min_tokens = request.stop.min_tokens
+        self.max_tokens = request.stop.max_tokens
         self.stats = RequestStats()
         #: `cached_tokens` for the first output; None once sent
         self.unsent_cached: int | None = 0
 
+    @property
+    def prefilling(self) -> bool:
+        return self.computed < self.prompt_len
+
+    @property
+    def background(self) -> bool:
+        return self.request.priority > NORMAL_PRIORITY
+
 
 class CpuBackend:
-    """A `StepBackend` over a transformers causal LM, one sequence per forward pass."""
+    """A `StepBackend` (and `PausableBackend`) over a transformers causal LM."""
 
     def __init__(self, model: Any, options: BackendOptions, stats: CpuStats):
         if options.cache_scope not in CACHE_SCOPES:
             raise ValueError(f"cache_scope must be one of {CACHE_SCOPES}")
+        if options.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be at least 1, got {options.max_batch_size}")
         self.model = model
         self.options = options
         self.stats = stats
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self._jobs: dict[int, _Job] = {}
-        #: priority -> job ids taking turns at that priority
-        self._queues: dict[int, deque[int]] = {}
+        #: client jobs waiting for a place in the batch, in arrival order
+        self._waiting: deque[int] = deque()
+        #: client jobs in the batch, in the order they joined
+        self._batch: list[int] = []
+        #: background priority -> job ids taking turns at that priority
+        self._background: dict[int, deque[int]] = {}
         #: final outputs of preempted jobs, delivered with the next step
         self._pending: list[tuple[int, EngineOutput]] = []
+        #: the last pass was a prefill (decode and prefill passes alternate)
+        self._prefilled_last = False
+        #: which prefilling job goes first in the next prefill pass
+        self._prefill_turn = 0
         #: session ids ended from the event loop (`CpuEngine.end_session`), not yet applied
         self.ended_sessions: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._ended: OrderedDict[str, None] = OrderedDict()
@@ -193,13 +198,28 @@ class CpuBackend:
         self._reusable = self._plain_attention_cache()
         budget = options.max_cache_tokens if self._reusable else 0
         self.prefixes: PrefixCache[KVState] = PrefixCache(budget, _trim_state)
+        self._solo = SoloRunner(self._model_config)
+        self._runner: Runner = self._solo
+        if self._reusable and options.max_batch_size > 1:
+            batch = BatchRunner(
+                self._model_config,
+                dtype=next(model.parameters()).dtype,
+                max_rows=options.max_batch_size,
+                max_length=options.context_length,
+            )
+            if verify_batching(model, batch, self._solo, self.vocab_size):
+                self._runner = batch
+        stats.batching = self._runner.batched
 
     def _plain_attention_cache(self) -> bool:
-        """KV slicing by position is only valid when every layer keeps every position."""
+        """KV slicing by position (and batching by rows) needs every layer to keep every
+        position; sliding-window and recurrent layers do not."""
         layers = DynamicCache(config=self._model_config).layers
         plain = all(type(layer) is DynamicLayer for layer in layers)
         if not plain:
-            log.warning("this model's cache is not plain attention; prefix reuse is off")
+            log.warning(
+                "this model's cache is not plain attention; prefix reuse and batching are off"
+            )
         return plain
 
     # --- StepBackend ---
@@ -223,22 +243,25 @@ class CpuBackend:
             logprobs=request.logprobs,
         )
         self._apply_ended_sessions()
-        job = _Job(job_id, request, sampler, self._key(request))
+        background = request.priority > NORMAL_PRIORITY
+        runner = self._solo if background else self._runner
+        job = _Job(job_id, request, sampler, self._key(request), runner)
         ends = set(request.stop.stop_token_ids)
         if not request.stop.ignore_eos:
             ends |= self.options.eos_token_ids
         job.suppressed = frozenset(ends)
         self._take_over(job)
-        self._attach_cache(job)
         self._jobs[job_id] = job
-        self._queues.setdefault(request.priority, deque()).append(job_id)
         job.arrival = self.stats.forward_passes
         self.stats.requests_started += 1
-        job.stats = self.stats._track(request.request_id)
+        job.stats = self.stats.track(request.request_id)
         job.stats.prompt_tokens = job.prompt_len
-        job.stats.prefill_reused = job.computed
         job.stats.priority = request.priority
-        self.stats.prefill_tokens_reused += job.computed
+        if background:
+            self._attach(job)
+            self._background.setdefault(request.priority, deque()).append(job_id)
+        else:
+            self._waiting.append(job_id)
 
     def cancel(self, job_id: int) -> None:
         job = self._jobs.pop(job_id, None)
@@ -249,31 +272,57 @@ class CpuBackend:
         self.stats.requests_cancelled += 1
         self._keep_prefix(job)
 
+    def pause(self, job_id: int) -> None:
+        job = self._jobs.get(job_id)
+        if job is not None and not job.paused:
+            job.paused = True
+            job.stats.paused += 1
+            self.stats.requests_paused += 1
+
+    def resume(self, job_id: int) -> None:
+        job = self._jobs.get(job_id)
+        if job is not None:
+            job.paused = False
+
     def has_work(self) -> bool:
-        return bool(self._pending) or any(self._queues.values())
+        if self._pending or any(self._background.values()):
+            return True
+        if self._waiting and self._runner.has_room():
+            return True
+        return any(not self._jobs[j].paused for j in self._batch)
 
     def step(self) -> list[tuple[int, EngineOutput]]:
         outputs, self._pending = self._pending, []
-        job = self._next_job()
-        if job is None:
-            return outputs
-        chunk = self.options.prefill_chunk_tokens
-        if job.request.priority > NORMAL_PRIORITY and self.options.background_chunk_tokens:
-            chunk = self.options.background_chunk_tokens
-        end = min(len(job.tokens), job.computed + chunk)
-        logits = self._forward(job, job.tokens[job.computed : end])
-        if end < len(job.tokens):  # more prompt to prefill: no token yet
-            return outputs
-        output = self._next_token(job, logits)
-        if output.finish_reason is not None:
-            self._finish(job, output.finish_reason)
-        return [*outputs, (job.job_id, output)]
+        self._admit()
+        prefill = self._prefill_feeds()
+        decode = [
+            job for j in self._batch if not (job := self._jobs[j]).prefilling and not job.paused
+        ]
+        if prefill and not (decode and self._prefilled_last):
+            self._prefilled_last = True
+            outputs += self._run(self._runner, prefill)
+        elif decode:
+            self._prefilled_last = False
+            feeds = [(job, Feed(job.job_id, [job.tokens[-1]], job.computed)) for job in decode]
+            outputs += self._run(self._runner, feeds)
+        else:
+            warm = self._next_background()
+            if warm is not None:
+                chunk = self.options.background_chunk_tokens or self.options.prefill_chunk_tokens
+                end = min(len(warm.tokens), warm.computed + chunk)
+                feed = Feed(warm.job_id, warm.tokens[warm.computed : end], warm.computed)
+                outputs += self._run(self._solo, [(warm, feed)])
+        return outputs
 
     def recover(self) -> None:
-        """A failed forward may leave a job's cache half-updated: start clean."""
+        """A failed forward may leave a job's KV half-updated: start clean."""
         self._jobs.clear()
-        self._queues.clear()
+        self._waiting.clear()
+        self._batch.clear()
+        self._background.clear()
         self._pending.clear()
+        self._runner.clear()
+        self._solo.clear()
         self.prefixes.clear()
         self._sync_cache_stats()
 
@@ -283,10 +332,38 @@ class CpuBackend:
 
     # --- scheduling ---
 
-    def _next_job(self) -> _Job | None:
-        """The next job of the most urgent priority present, rotated to the back of its turn."""
-        for priority in sorted(self._queues):
-            turn = self._queues[priority]
+    def _admit(self) -> None:
+        """Waiting client jobs join the batch while it has room."""
+        while self._waiting and self._runner.has_room():
+            job = self._jobs[self._waiting.popleft()]
+            self._attach(job)
+            self._batch.append(job.job_id)
+
+    def _prefill_feeds(self) -> list[tuple[_Job, Feed]]:
+        """Prompt chunks for one prefill pass: jobs in turn, at most the chunk budget of
+        tokens once left-padded to the longest chunk (the first job sets that width)."""
+        prefilling = [job for j in self._batch if (job := self._jobs[j]).prefilling]
+        if not prefilling:
+            return []
+        budget = self.options.prefill_chunk_tokens
+        first = self._prefill_turn % len(prefilling)
+        self._prefill_turn = first + 1
+        feeds: list[tuple[_Job, Feed]] = []
+        width = 0
+        for job in prefilling[first:] + prefilling[:first]:
+            remaining = job.prompt_len - job.computed
+            take = min(remaining, budget) if not feeds else min(remaining, width)
+            if feeds and (len(feeds) + 1) * width > budget:
+                break
+            width = max(width, take)
+            end = job.computed + take
+            feeds.append((job, Feed(job.job_id, job.tokens[job.computed : end], job.computed)))
+        return feeds
+
+    def _next_background(self) -> _Job | None:
+        """The next background job of the most urgent priority present, rotated."""
+        for priority in sorted(self._background):
+            turn = self._background[priority]
             if turn:
                 job_id = turn.popleft()
                 turn.append(job_id)
@@ -294,15 +371,21 @@ class CpuBackend:
         return None
 
     def _dequeue(self, job: _Job) -> None:
-        turn = self._queues.get(job.request.priority)
-        if turn is not None:
-            turn.remove(job.job_id)
-            if not turn:
-                del self._queues[job.request.priority]
+        job_id = job.job_id
+        if job.background:
+            turn = self._background.get(job.request.priority)
+            if turn is not None:
+                turn.remove(job_id)
+                if not turn:
+                    del self._background[job.request.priority]
+        elif job.attached:
+            self._batch.remove(job_id)
+        else:
+            self._waiting.remove(job_id)
 
     def _take_over(self, job: _Job) -> None:
         """End the less urgent job that computed the most of this prompt, if that beats the
-        cache, and leave its KV in the cache for `_attach_cache` to find.
+        cache, and leave its KV in the cache for `_attach` to find.
 
         This is how a conversation's next turn, arriving while its speculative warm-up
         is still prefilling, gets that work instead of waiting for it or redoing it.
@@ -331,6 +414,94 @@ class CpuBackend:
         )
         self._pending.append((other.job_id, ended))
 
+    # --- the model ---
+
+    def _run(
+        self, runner: Runner, batch: list[tuple[_Job, Feed]]
+    ) -> list[tuple[int, EngineOutput]]:
+        """One forward pass (or, unbatched, one per feed) and the tokens it chose.
+
+        Runs once per pass for every sequence in it, so it avoids per-row calls where
+        plain arithmetic will do."""
+        stats = self.stats
+        size = len(batch)
+        before = stats.forward_passes
+        logits = runner.forward(self.model, [feed for _, feed in batch])
+        stats.forward_passes = before + (1 if runner.batched else size)
+        stats.rows_forwarded += size
+        if size > stats.largest_batch:
+            stats.largest_batch = size
+        recent = stats.recent_forwards
+        rows: list[int] = []
+        ready: list[_Job] = []
+        for row, (job, feed) in enumerate(batch):
+            fed = len(feed.tokens)
+            counters = job.stats
+            if counters.steps_waited is None:
+                counters.steps_waited = before - job.arrival
+            computed = job.computed
+            if computed < job.prompt_len:
+                prompt_part = min(fed, job.prompt_len - computed)
+                counters.prefill_computed += prompt_part
+                stats.prefill_tokens_computed += prompt_part
+            computed += fed
+            job.computed = computed
+            counters.forward_passes += 1
+            if size > counters.largest_batch:
+                counters.largest_batch = size
+            if job.background:
+                stats.background_forward_passes += 1
+            recent.append((job.request.request_id, fed))
+            if computed == len(job.tokens):  # not mid-prompt: a token is due
+                rows.append(row)
+                ready.append(job)
+        if not ready:
+            return []
+        chosen = sample_batch(
+            [job.sampler for job in ready],
+            logits[rows] if len(rows) < size else logits,
+            [job.suppressed if job.generated < job.min_tokens else _NOTHING for job in ready],
+        )
+        outputs = []
+        for job, sampled in zip(ready, chosen, strict=True):
+            output = self._next_token(job, sampled.token_id, sampled.logprob)
+            if output.finish_reason is not None:
+                self._finish(job, output.finish_reason)
+            outputs.append((job.job_id, output))
+        stats.tokens_generated += len(ready)
+        return outputs
+
+    def _next_token(self, job: _Job, token: int, logprob: Any) -> EngineOutput:
+        stop = job.request.stop
+        tokens = job.tokens
+        tokens.append(token)
+        job.generated += 1
+        job.stats.tokens_generated += 1
+        reason: FinishReason | None = None
+        on_token = False
+        if token in job.suppressed:  # EOS (unless ignored) or a stop id
+            on_token = True
+            reason = FinishReason.STOP if token in stop.stop_token_ids else FinishReason.EOS
+        elif (job.max_tokens is not None and job.generated >= job.max_tokens) or len(
+            tokens
+        ) >= self.options.context_length:
+            reason = FinishReason.LENGTH
+        cached, job.unsent_cached = job.unsent_cached, None
+        return EngineOutput(
+            [token],
+            [logprob] if logprob is not None else None,
+            reason,
+            cached_tokens=cached,
+            stopped_on_token=on_token,
+        )
+
+    def _finish(self, job: _Job, reason: FinishReason) -> None:
+        del self._jobs[job.job_id]
+        self._dequeue(job)
+        job.stats.finish_reason = reason.value
+        self.stats.requests_finished += 1
+        self._keep_prefix(job)
+
     # --- prefix reuse ---
 
     def _key(self, request: EngineRequest) -> Hashable:
@@ -338,30 +509,33 @@ class CpuBackend:
         session = request.session_id if self.options.cache_scope == "session" else None
         return (request.cache_salt, session)
 
-    def _attach_cache(self, job: _Job) -> None:
+    def _attach(self, job: _Job) -> None:
+        """Give the job its KV: the longest cached prefix of its prompt, or nothing."""
         match = self.prefixes.lookup(job.key, job.tokens, limit=job.prompt_len - 1)
         if match is None:
-            job.cache = DynamicCache(config=self._model_config)
-            return
-        n = match.length
-        # Built from slices; DynamicCache copies them, so the stored entry stays intact.
-        job.cache = DynamicCache(
-            [(k[..., :n, :], v[..., :n, :]) for k, v in match.payload], config=self._model_config
-        )
-        job.computed = n
-        job.unsent_cached = n
+            job.runner.attach(job.job_id, None, 0)
+        else:
+            job.runner.attach(job.job_id, match.payload, match.length)
+            job.computed = job.unsent_cached = match.length
+        job.attached = True
+        job.stats.prefill_reused = job.computed
+        self.stats.prefill_tokens_reused += job.computed
 
     def _keep_prefix(self, job: _Job) -> None:
-        """Offer the job's KV state (the tokens fed so far) to the prefix cache."""
+        """Offer the job's KV state (the tokens fed so far) to the prefix cache, then free
+        what the job held."""
         self._apply_ended_sessions()
+        if not job.attached:
+            return
         session = job.request.session_id
         ended = session is not None and session in self._ended
         # An ended session's entries are unreachable when keyed by it: do not keep them.
-        if job.computed > 0 and job.cache is not None and not (ended and self._scoped()):
-            state: KVState = tuple((layer.keys, layer.values) for layer in job.cache.layers)
+        if job.computed > 0 and self.prefixes.max_tokens > 0 and not (ended and self._scoped()):
+            state = job.runner.export(job.job_id, job.computed)
             owner = None if ended else session
             self.prefixes.insert(job.key, job.tokens[: job.computed], state, owner=owner)
-        job.cache = None
+        job.runner.release(job.job_id)
+        job.attached = False
         self._sync_cache_stats()
 
     def _scoped(self) -> bool:
@@ -379,66 +553,6 @@ class CpuBackend:
             while len(self._ended) > ENDED_SESSIONS_KEPT:
                 self._ended.popitem(last=False)
             self._sync_cache_stats()
-
-    # --- the model ---
-
-    def _forward(self, job: _Job, feed: list[int]) -> torch.Tensor:
-        with torch.inference_mode():
-            out = self.model(
-                input_ids=torch.tensor([feed], dtype=torch.long),
-                past_key_values=job.cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
-        if job.stats.steps_waited is None:
-            job.stats.steps_waited = self.stats.forward_passes - job.arrival
-        prompt_part = max(0, min(len(feed), job.prompt_len - job.computed))
-        job.computed += len(feed)
-        job.stats.forward_passes += 1
-        job.stats.prefill_computed += prompt_part
-        self.stats.forward_passes += 1
-        self.stats.prefill_tokens_computed += prompt_part
-        if job.request.priority > NORMAL_PRIORITY:
-            self.stats.background_forward_passes += 1
-        self.stats.recent_forwards.append((job.request.request_id, len(feed)))
-        logits: torch.Tensor = out.logits[0, -1]
-        return logits
-
-    def _next_token(self, job: _Job, logits: torch.Tensor) -> EngineOutput:
-        stop = job.request.stop
-        banned = job.suppressed if job.generated < stop.min_tokens else frozenset()
-        sampled = job.sampler.sample(logits, banned=banned)
-        token = sampled.token_id
-        job.tokens.append(token)
-        job.generated += 1
-        job.stats.tokens_generated += 1
-        self.stats.tokens_generated += 1
-        reason: FinishReason | None = None
-        if token in stop.stop_token_ids:
-            reason = FinishReason.STOP
-        elif not stop.ignore_eos and token in self.options.eos_token_ids:
-            reason = FinishReason.EOS
-        on_token = reason is not None
-        if reason is None and (
-            (stop.max_tokens is not None and job.generated >= stop.max_tokens)
-            or len(job.tokens) >= self.options.context_length
-        ):
-            reason = FinishReason.LENGTH
-        cached, job.unsent_cached = job.unsent_cached, None
-        return EngineOutput(
-            [token],
-            [sampled.logprob] if sampled.logprob is not None else None,
-            reason,
-            cached_tokens=cached,
-            stopped_on_token=on_token,
-        )
-
-    def _finish(self, job: _Job, reason: FinishReason) -> None:
-        del self._jobs[job.job_id]
-        self._dequeue(job)
-        job.stats.finish_reason = reason.value
-        self.stats.requests_finished += 1
-        self._keep_prefix(job)
 
     def _sync_cache_stats(self) -> None:
         self.stats.cache_entries = len(self.prefixes)

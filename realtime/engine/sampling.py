@@ -33,8 +33,16 @@ distribution by default; we chose the processed one so the numbers explain the
 choices made, and so neutral settings still give the raw model numbers.)
 
 Seeds: each sequence draws from its own generator, seeded from `seed` (or randomly
-when there is none), and consumes exactly one draw per sampled token. The same seed
-gives the same tokens whatever else is running, as long as the logits are the same.
+when there is none), and consumes exactly one draw per sampled token, so its sequence
+of draws never depends on what else is running. The same seed gives the same tokens
+as long as the logits are the same; the CPU engine batches concurrent requests into
+one forward pass, where a row's logits can differ from a lone run's in the last float
+bits, which changes a token only when a draw falls within that difference of a
+boundary between two tokens (see docs/architecture.md).
+
+Batches: `sample_batch` takes one row of logits per sequence. Rows that decode plainly
+greedily (no bias, penalties, suppression or logprobs) share one `argmax` over the
+batch; every other row goes through its own sampler, one by one.
 """
 
 from __future__ import annotations
@@ -194,6 +202,17 @@ class SequenceSampler:
         if params.presence_penalty or params.frequency_penalty:
             self._counts = torch.zeros(vocab_size, dtype=torch.float32)
 
+    @property
+    def plain_greedy(self) -> bool:
+        """Greedy with nothing to process or report: the argmax of the raw logits."""
+        return (
+            self.greedy
+            and self._bias is None
+            and self._seen is None
+            and self._counts is None
+            and self.logprobs is None
+        )
+
     def record(self, token_id: int) -> None:
         """Count a generated token for the penalties (`sample` does this itself)."""
         if not 0 <= token_id < self.vocab_size:
@@ -249,15 +268,24 @@ def sample_batch(
 ) -> list[Sampled]:
     """One token per row of `logits` ([batch, vocab]), each row with its own sampler.
 
-    Rows are processed one by one on purpose: every sequence has its own parameters and
-    generator, and a row's result must not depend on which other rows share the batch.
+    Every sequence has its own parameters and generator, and a row's result never
+    depends on which other rows share the batch: plain greedy rows (`plain_greedy`,
+    nothing banned) take the row's argmax, computed for the whole batch at once; every
+    other row is processed by its own sampler.
     """
     if logits.dim() != 2 or logits.shape[0] != len(samplers):
         raise ValueError(f"expected logits of shape [{len(samplers)}, vocab], got {logits.shape}")
-    return [
-        sampler.sample(logits[row], banned=banned[row] if banned is not None else ())
-        for row, sampler in enumerate(samplers)
-    ]
+    argmax: list[int] | None = None
+    chosen: list[Sampled] = []
+    for row, sampler in enumerate(samplers):
+        row_banned = banned[row] if banned is not None else ()
+        if sampler.plain_greedy and not row_banned:
+            if argmax is None:
+                argmax = logits.argmax(dim=-1).tolist()
+            chosen.append(Sampled(argmax[row]))
+        else:
+            chosen.append(sampler.sample(logits[row], banned=row_banned))
+    return chosen
 
 
 def validate_sampling(params: SamplingParams, vocab_size: int) -> None:

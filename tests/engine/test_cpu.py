@@ -281,7 +281,7 @@ async def test_greedy_output_equals_a_bare_transformers_loop(
     assert result.finish is FinishReason.LENGTH
     assert not any(out.stopped_on_token for out in result.outputs)
     assert result.outputs[0].cached_tokens == 0
-    assert [out.cached_tokens for out in result.outputs[1:]] == [None] * 15
+    assert all(out.cached_tokens is None for out in result.outputs[1:])
     chunks = -(-len(prompt) // 16)
     assert stats.forward_passes == chunks + 15
     assert stats.prefill_computed == len(prompt) and stats.tokens_generated == 16
@@ -477,9 +477,10 @@ async def test_the_event_loop_runs_while_a_prefill_is_computing(tiny_model_dir: 
         assert ticks == 200 and gated.feeds == [32] and not gated.open.is_set()
         gated.open.set()
         long_result, short_result = await long_task, await short_task
-    # Round robin: the short request ran between the long prompt's chunks, and was done
-    # long before that prefill was.
-    assert gated.feeds[:8] == [32, 32, 20, 32, 1, 32, 1, 32]
+    # Prefill chunks take turns and alternate with decode passes: the short request's
+    # prompt ran right after the chunk that was computing when it came, its tokens were
+    # decoded between the long prompt's chunks, and it was done long before that prefill.
+    assert gated.feeds[:7] == [32, 20, 1, 32, 1, 32, 32]
     assert len(long_result.token_ids) == 2 and len(short_result.token_ids) == 3
 
 
@@ -583,3 +584,11 @@ async def test_a_cancelled_request_leaves_its_computed_prefix_behind(tiny_model_
         await run(engine, prompt, request_id="real", max_tokens=1)
         reused = engine.stats.request("real").prefill_reused
     assert computed >= 48 and reused == min(computed, len(prompt) - 1)
+
+
+def test_torch_threads_leave_a_core_to_the_event_loop(tiny_model_dir: Path) -> None:
+    import os
+
+    usable = len(os.sched_getaffinity(0))
+    assert CpuEngine(tiny_model_dir).threads == max(1, usable - 1)
+    assert CpuEngine(tiny_model_dir, threads=3).threads == 3

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -308,3 +313,117 @@ async def test_a_long_prefill_does_not_stall_other_sockets(server: RunningServer
     finally:
         gate.open.set()
         backend.model = gate.model
+
+
+# --- continuous batching through the real server ---
+
+
+TOPICS = ("harbours", "tides", "storms", "gulls", "lanterns", "reefs", "currents", "fog")
+
+
+def test_eight_concurrent_requests_share_passes_and_keep_their_token_ids(
+    server: RunningServer,
+) -> None:
+    engine = engine_of(server)
+
+    async def ask(client: openai.AsyncOpenAI, topic: str, salt: str) -> Any:
+        return await client.chat.completions.create(
+            model=MODEL,
+            messages=user(f"Batching: a few words about {topic}."),
+            temperature=0,
+            max_tokens=48,
+            extra_body={"ignore_eos": True, "cache_salt": salt, **IDS},
+        )
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        async with openai.AsyncOpenAI(
+            base_url=server.http_url + "/v1", api_key="x", max_retries=0
+        ) as client:
+            # Alone, one after another; then all eight at once. Different salts keep the
+            # second round from starting out of the first one's cached prefixes.
+            alone = [await ask(client, topic, "alone") for topic in TOPICS]
+            together = await asyncio.gather(*(ask(client, t, "together") for t in TOPICS))
+            return alone, list(together)
+
+    alone, together = asyncio.run(main())
+    same = sum(token_ids_of(a) == token_ids_of(b) for a, b in zip(alone, together, strict=True))
+    # A near tie may flip when float results differ in a batch; none does on this model.
+    assert same >= 7, f"{8 - same} of 8 answers changed when batched"
+    assert all(len(token_ids_of(c)) == 48 for c in together)
+    batches = [engine.stats.request(c.id).largest_batch for c in together]
+    assert max(batches) >= 4, batches  # they really shared forward passes
+    assert all(engine.stats.request(c.id).largest_batch == 1 for c in alone)
+
+
+@pytest.mark.anyio
+async def test_a_cancel_in_a_batch_stops_only_that_sequence(server: RunningServer) -> None:
+    engine = engine_of(server)
+    async with connect(server.ws_url) as ws:
+        for name in ("keep-1", "keep-2", "victim"):
+            await ws.send(
+                frame(name, f"Batch cancel {name}: " + TEXT, max_tokens=400, ignore_eos=True)
+            )
+        ids: dict[str, str] = {}
+        seen: dict[str, int] = {}
+        while seen.get("victim", 0) < 5:
+            got = json.loads(await ws.recv())
+            if got.get("object") == "chat.completion.chunk":
+                ids[got["request_id"]] = got["id"]
+                seen[got["request_id"]] = seen.get(got["request_id"], 0) + 1
+        await ws.send(json.dumps({"type": "response.cancel", "request_id": "victim"}))
+        statuses: dict[str, str] = {}
+        while len(statuses) < 3:
+            got = json.loads(await ws.recv())
+            if got.get("type") == "response.done":
+                statuses[got["request_id"]] = got["status"]
+    victim = engine.stats.request(ids["victim"])
+    await asyncio.to_thread(wait_until, lambda: victim.cancelled)
+    stopped_at = victim.forward_passes
+    await asyncio.to_thread(wait_until, lambda: engine.stats.requests_started > 0)
+    assert statuses == {"victim": "cancelled", "keep-1": "completed", "keep-2": "completed"}
+    assert engine.stats.request(ids["victim"]).forward_passes == stopped_at
+    assert engine.stats.request(ids["victim"]).largest_batch >= 2
+    assert all(engine.stats.request(ids[k]).tokens_generated == 400 for k in ("keep-1", "keep-2"))
+
+
+def test_the_server_log_has_no_deprecation_warning(tiny_model_dir: Path) -> None:
+    """`realtime serve --engine cpu` as an operator runs it: its log stays free of the
+    model library's FutureWarning/DeprecationWarning, alone and batched."""
+    argv = ["-m", "realtime", "serve", "--engine", "cpu", "--model", str(tiny_model_dir)]
+    argv += ["--model-name", MODEL, "--port", "0", "--log-level", "info"]
+    proc = subprocess.Popen(
+        [sys.executable, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "default"},
+    )
+    try:
+        assert proc.stdout is not None
+        log: list[str] = []
+        port = None
+        while port is None and len(log) < 200:
+            log.append(proc.stdout.readline())
+            port = re.search(r"http://127\.0\.0\.1:(\d+)/v1", log[-1])
+        assert port is not None, log
+        with openai.OpenAI(
+            base_url=f"http://127.0.0.1:{port[1]}/v1", api_key="x", max_retries=0
+        ) as sdk:
+
+            def ask(topic: str) -> None:
+                sdk.chat.completions.create(
+                    model=MODEL, messages=user(f"Warnings: {topic}"), max_tokens=6, temperature=0
+                )
+
+            ask("alone")
+            threads = [threading.Thread(target=ask, args=(t,)) for t in TOPICS[:4]]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    log.append(out)
+    text = "".join(log)
+    assert "Warning" not in text and "deprecated" not in text, text[-3000:]

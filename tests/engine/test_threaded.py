@@ -165,3 +165,110 @@ async def test_the_event_loop_keeps_running_during_a_long_step():
         await core.close()
     # Two 0.3 s steps ran while the loop ticked every 10 ms; a blocked loop would tick ~0 times.
     assert ticks > 20
+
+
+# --- outputs in batches, bounded per request ---
+
+
+class PausableBackend(CountingBackend):
+    """CountingBackend that can leave a job out of its steps (like the CPU engine)."""
+
+    def __init__(self, step_seconds: float = 0.0):
+        super().__init__(step_seconds)
+        self.paused: set[int] = set()
+        self.pauses: list[int] = []
+        self.resumes: list[int] = []
+
+    def pause(self, job_id: int) -> None:
+        self.pauses.append(job_id)
+        self.paused.add(job_id)
+
+    def resume(self, job_id: int) -> None:
+        self.resumes.append(job_id)
+        self.paused.discard(job_id)
+
+    def has_work(self) -> bool:
+        return any(job not in self.paused for job in self.jobs)
+
+    def step(self) -> list[tuple[int, EngineOutput]]:
+        held = {job: self.jobs.pop(job) for job in self.paused if job in self.jobs}
+        try:
+            return super().step()
+        finally:
+            self.jobs.update(held)
+
+
+async def test_one_loop_wake_up_serves_a_whole_step_of_outputs():
+    backend = CountingBackend(step_seconds=0.002)
+    core = ThreadedEngineCore(lambda: backend, name="test-engine")
+    await core.start()
+    try:
+        results = await asyncio.gather(*(_collect(core, list(range(50))) for _ in range(8)))
+    finally:
+        await core.close()
+    assert results == [list(range(50))] * 8
+    assert core.stats.outputs == 8 * 50
+    # At most one event-loop callback per step, whatever the number of requests in it.
+    assert core.stats.wakeups <= core.stats.steps
+    assert core.stats.wakeups * 8 <= core.stats.outputs
+
+
+async def test_a_reader_that_stops_pauses_only_its_own_job():
+    backend = PausableBackend(step_seconds=0.001)
+    core = ThreadedEngineCore(lambda: backend, name="test-engine", output_limit=8)
+    await core.start()
+    try:
+        slow = core.generate(EngineRequest("slow", list(range(100))))
+        first = await anext(slow)  # then stop reading for a while
+        # The other request runs to its end while the slow one's queue is full.
+        assert await _collect(core, list(range(200, 300))) == list(range(200, 300))
+        assert backend.pauses == [1] and 1 in backend.paused
+        assert core.stats.peak_queued <= 8 + 1  # the limit, plus the step that was running
+        assert core.stats.jobs_paused == 1
+        rest = [t async for out in slow for t in out.token_ids]
+    finally:
+        await core.close()
+    assert first.token_ids + rest == list(range(100))  # nothing lost, in order
+    assert backend.resumes and core.stats.jobs_resumed == len(backend.resumes)
+    assert core.stats.peak_queued <= 9
+
+
+async def test_a_backend_that_cannot_pause_has_its_outputs_folded():
+    backend = CountingBackend(step_seconds=0.001)
+    core = ThreadedEngineCore(lambda: backend, name="test-engine", output_limit=4)
+    await core.start()
+    try:
+        slow = core.generate(EngineRequest("slow", list(range(60))))
+        first = await anext(slow)
+        for _ in range(200):  # let the backend run to the end while nobody reads
+            if not backend.jobs:
+                break
+            await asyncio.sleep(0.005)
+        assert not backend.jobs and core.stats.peak_queued <= 4
+        outputs = [out async for out in slow]
+    finally:
+        await core.close()
+    assert first.token_ids + [t for out in outputs for t in out.token_ids] == list(range(60))
+    assert len(outputs) <= 4 and core.stats.jobs_paused == 0
+
+
+async def test_cancelling_a_paused_job_frees_it():
+    backend = PausableBackend()
+    core = ThreadedEngineCore(lambda: backend, name="test-engine", output_limit=2)
+    await core.start()
+    try:
+        async with aclosing(core.generate(EngineRequest("r", list(range(1000))))) as outputs:
+            await anext(outputs)
+            for _ in range(200):
+                if backend.pauses:
+                    break
+                await asyncio.sleep(0.005)
+            assert backend.pauses == [1]
+        for _ in range(200):
+            if backend.cancelled:
+                break
+            await asyncio.sleep(0.005)
+    finally:
+        await core.close()
+    assert backend.cancelled == [1] and core.stats.jobs_cancelled == 1
+    assert backend.steps < 10
