@@ -15,8 +15,9 @@ from contextlib import aclosing
 from dataclasses import dataclass
 
 from realtime.chat.stops import StopMatcher
-from realtime.chat.tokenizer import Tokenizer
-from realtime.engine.base import Engine, EngineRequest, FinishReason, TokenLogprob
+from realtime.engine.base import Engine, EngineRequest
+from realtime.model.generation import FinishReason, TokenLogprob
+from realtime.model.tokenizer import Tokenizer
 from realtime.protocol.errors import EngineError
 
 

@@ -34,14 +34,9 @@ from realtime.chat.tools.choice import ToolChoiceError
 from realtime.chat.tools.events import OutputEvent, fold_events
 from realtime.chat.tools.output import ChatOutputParser, build_output_parser
 from realtime.chat.tools.registry import resolve_tool_parser
-from realtime.engine.base import (
-    Engine,
-    EngineRequest,
-    FinishReason,
-    SessionAwareEngine,
-    StopConditions,
-)
+from realtime.engine.base import Engine, EngineRequest, SessionAwareEngine, StopConditions
 from realtime.generation import text_steps
+from realtime.model.generation import FinishReason
 from realtime.protocol.errors import (
     EngineError,
     EngineUnavailableError,

@@ -38,11 +38,11 @@ from realtime.engine.base import (
     BACKGROUND_PRIORITY,
     Engine,
     EngineRequest,
-    FinishReason,
     SamplingParams,
     StopConditions,
     schedules_background,
 )
+from realtime.model.generation import FinishReason
 from realtime.protocol.errors import RealtimeError
 
 log = logging.getLogger("realtime.speculative")

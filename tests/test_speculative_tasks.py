@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from realtime.chat.template import ChatTemplate
-from realtime.engine.base import BACKGROUND_PRIORITY, EngineOutput, EngineRequest, ModelInfo
+from realtime.engine.base import BACKGROUND_PRIORITY, EngineOutput, EngineRequest
 from realtime.engine.echo import EchoEngine
+from realtime.model.info import ModelInfo
+from realtime.model.template import ChatTemplate
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import EngineUnavailableError
 from realtime.protocol.request import parse_chat_request

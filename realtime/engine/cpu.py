@@ -30,8 +30,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError(f"the cpu engine needs torch and transformers: {CPU_INSTALL_HINT}") from exc
 
-from realtime.chat.model_dir import ModelFiles, load_model_dir
-from realtime.engine.base import EngineOutput, EngineRequest, ModelInfo
+from realtime.engine.base import EngineOutput, EngineRequest
 from realtime.engine.cpu_backend import (
     CACHE_SCOPES,
     DEFAULT_MAX_BATCH_SIZE,
@@ -41,6 +40,8 @@ from realtime.engine.cpu_backend import (
 )
 from realtime.engine.sampling import validate_sampling
 from realtime.engine.threaded import ThreadedEngineCore
+from realtime.model.info import ModelInfo
+from realtime.model.model_dir import ModelFiles, load_model_dir
 from realtime.protocol.errors import InvalidRequestError
 
 

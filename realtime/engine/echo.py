@@ -24,14 +24,10 @@ import re
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 
-from realtime.chat.template import ChatTemplate
-from realtime.engine.base import (
-    EngineOutput,
-    EngineRequest,
-    FinishReason,
-    ModelInfo,
-    TokenLogprob,
-)
+from realtime.engine.base import EngineOutput, EngineRequest
+from realtime.model.generation import FinishReason, TokenLogprob
+from realtime.model.info import ModelInfo
+from realtime.model.template import ChatTemplate
 from realtime.protocol.errors import EngineError, EngineUnavailableError
 
 ECHO_TEMPLATE = (

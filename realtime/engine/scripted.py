@@ -41,16 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from realtime.chat.model_dir import load_model_dir
-from realtime.chat.template import ChatTemplate
-from realtime.engine.base import (
-    EngineOutput,
-    EngineRequest,
-    FinishReason,
-    ModelInfo,
-    TokenLogprob,
-)
+from realtime.engine.base import EngineOutput, EngineRequest
 from realtime.engine.echo import EchoStats, EchoTokenizer
+from realtime.model.generation import FinishReason, TokenLogprob
+from realtime.model.info import ModelInfo
+from realtime.model.model_dir import load_model_dir
+from realtime.model.template import ChatTemplate
 from realtime.protocol.errors import EngineError
 
 #: The no-model prompt: every message as `role: text`, tool calls in hermes markup,

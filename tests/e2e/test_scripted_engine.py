@@ -16,9 +16,10 @@ import pytest
 from realtime.client import EngineError as ClientEngineError
 from realtime.client import RealtimeClient
 from realtime.config import ServerConfig
-from realtime.engine.base import EngineOutput, EngineRequest, FinishReason, StopConditions
+from realtime.engine.base import EngineOutput, EngineRequest, StopConditions
 from realtime.engine.registry import create_engine, engine_names
 from realtime.engine.scripted import SCRIPTED_TEMPLATE, ScriptedEngine, ScriptError, load_script
+from realtime.model.generation import FinishReason
 from realtime.protocol.errors import EngineError
 from tests.conftest import async_wait_until
 

@@ -26,16 +26,11 @@ pytest_plugins = ["tests.model_fixtures"]
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from realtime.engine.base import (  # noqa: E402
-    EngineOutput,
-    EngineRequest,
-    FinishReason,
-    SamplingParams,
-    StopConditions,
-)
+from realtime.engine.base import EngineOutput, EngineRequest, SamplingParams, StopConditions  # noqa: E402
 from realtime.engine.cpu import CpuEngine  # noqa: E402
 from realtime.engine.cpu_backend import BackendOptions, CpuBackend, CpuStats  # noqa: E402
 from realtime.engine.registry import create_engine  # noqa: E402
+from realtime.model.generation import FinishReason  # noqa: E402
 from realtime.protocol.errors import EngineUnavailableError, InvalidRequestError  # noqa: E402
 
 pytestmark = pytest.mark.anyio

@@ -7,15 +7,9 @@ from contextlib import aclosing
 
 import pytest
 
-from realtime.engine.base import (
-    Engine,
-    EngineOutput,
-    EngineRequest,
-    FinishReason,
-    StopConditions,
-    TokenLogprob,
-)
+from realtime.engine.base import Engine, EngineOutput, EngineRequest, StopConditions
 from realtime.engine.echo import ECHO_TEMPLATE, EchoEngine, EchoTokenizer
+from realtime.model.generation import FinishReason, TokenLogprob
 from realtime.protocol.errors import EngineError, EngineUnavailableError
 
 TEXTS = [

@@ -26,14 +26,12 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from realtime.chat.model_dir import ModelFiles, load_model_dir
 from realtime.config import ServerConfig
 from realtime.engine.auto import can_run_exllamav2, choose_engine, resolve_engine_name
 from realtime.engine.base import (
     BACKGROUND_PRIORITY,
     EngineOutput,
     EngineRequest,
-    FinishReason,
     SamplingParams,
     StopConditions,
 )
@@ -45,6 +43,8 @@ from realtime.engine.exllamav2 import (
     ExLlamaV2LoadError,
 )
 from realtime.engine.registry import create_engine
+from realtime.model.generation import FinishReason
+from realtime.model.model_dir import ModelFiles, load_model_dir
 from realtime.protocol.errors import EngineUnavailableError, InvalidRequestError
 from realtime.testing import fake_exllamav2 as fake
 from tests.conftest import RunningServer, start_server, wait_until

@@ -9,8 +9,9 @@ from contextlib import aclosing
 
 import pytest
 
-from realtime.engine.base import EngineOutput, EngineRequest, FinishReason
+from realtime.engine.base import EngineOutput, EngineRequest
 from realtime.engine.threaded import ThreadedEngineCore
+from realtime.model.generation import FinishReason
 from realtime.protocol.errors import EngineUnavailableError, InvalidRequestError
 
 pytestmark = pytest.mark.anyio
