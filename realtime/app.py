@@ -13,7 +13,6 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from realtime.auth import ApiKeys, OriginPolicy
-from realtime.completions import CompletionPipeline
 from realtime.config import ServerConfig
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
@@ -29,6 +28,7 @@ from realtime.http.ui import ui_routes
 from realtime.lifecycle import Lifecycle
 from realtime.observability.metrics import Metrics
 from realtime.pipeline import ChatPipeline
+from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.errors import RealtimeError
 from realtime.ws.endpoint import realtime_endpoint
 from realtime.ws.hub import SessionHub
@@ -83,6 +83,7 @@ def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
         reasoning_parser=config.reasoning_parser,
         speculative_timeout=config.speculative_timeout_seconds,
         max_speculative=config.max_speculative,
+        max_tokens_cap=config.max_tokens_cap,
     )
     metrics = Metrics()
     hub = SessionHub(config.max_connections)

@@ -3,11 +3,11 @@
 `respond` and `begin` are shared with /v1/completions: everything here but the
 request parsing is about serving a generation over HTTP, not about chat.
 
-Around the pipeline this route adds what operating the server needs: the
-`--max-tokens-cap`, metrics (status, tokens, time to first token, inter-token
-latency), one log line per request, and shutdown: a request arriving while the
-server drains gets 503 `shutting_down`; one still running when the grace period
-ends is cancelled with an answer (an SSE error event, or a 503 body), not dropped.
+Around the pipeline this route adds what operating the server needs: metrics
+(status, tokens, time to first token, inter-token latency), one log line per
+request, and shutdown: a request arriving while the server drains gets 503
+`shutting_down`; one still running when the grace period ends is cancelled with
+an answer (an SSE error event, or a 503 body), not dropped.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from realtime.config import input_limits
 from realtime.http.errors import error_response
 from realtime.http.responses import ORJSONResponse
 from realtime.http.sse import EventStreamResponse
 from realtime.lifecycle import Lifecycle
-from realtime.limits import apply_max_tokens_cap, input_limits
 from realtime.observability.logs import event
 from realtime.observability.metrics import Metrics, RequestTimer
 from realtime.pipeline import ChatPipeline
@@ -119,7 +119,6 @@ async def chat_completions(request: Request) -> Response:
         chat_request = parse_chat_request(await read_json_body(request), limits)
         streaming = bool(chat_request.stream)
         prepared = pipeline.prepare(chat_request, stream=streaming)
-        apply_max_tokens_cap(prepared, state.config.max_tokens_cap)
     except RealtimeError as exc:
         outcome.finish("error", error=exc)
         raise
