@@ -42,8 +42,8 @@ from realtime.engine.base import (
     StopConditions,
     schedules_background,
 )
+from realtime.engine.errors import GenerationError
 from realtime.model.generation import FinishReason
-from realtime.protocol.errors import RealtimeError
 
 log = logging.getLogger("realtime.speculative")
 
@@ -216,7 +216,7 @@ class SpeculativePrefill:
                     if out.finish_reason is not None:
                         finish = out.finish_reason
                         break
-        except RealtimeError as exc:
+        except GenerationError as exc:
             log.info("speculative prefill %s failed: %s", request_id, exc)
             finish = FinishReason.ERROR
         if finish is FinishReason.CANCELLED:
