@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
+from realtime.asgi.access import OPEN_PATHS, AccessGuard
 from realtime.auth import ApiKeys, OriginPolicy
 from realtime.config import ServerConfig
 from realtime.engine.auto import choose_engine
@@ -20,7 +21,6 @@ from realtime.engine.registry import create_engine
 from realtime.http.chat_completions import chat_completions
 from realtime.http.completions import completions
 from realtime.http.errors import handle_http_exception, handle_realtime_error, openai_errors
-from realtime.http.guard import OPEN_PATHS, AccessGuard
 from realtime.http.metrics import metrics as metrics_route
 from realtime.http.models import get_model, health, list_models, ready
 from realtime.http.observe import HttpObserver

@@ -1,7 +1,7 @@
 """POST /v1/completions: the legacy text-completion API, SSE or one JSON body.
 
-Parsing differs from chat; serving does not: `begin` and `respond` (shared with
-/v1/chat/completions) handle draining, metrics, disconnects and shutdown.
+Parsing differs from chat; serving does not: `begin` and `respond` (`serving.py`,
+shared with /v1/chat/completions) handle draining, metrics, disconnects and shutdown.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from realtime.config import input_limits
-from realtime.http.chat_completions import begin, read_json_body, respond
+from realtime.http.serving import begin, read_json_body, respond
 from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.completions import parse_completion_request
 from realtime.protocol.errors import RealtimeError
