@@ -1,10 +1,14 @@
 """The engine contract: token ids in, token ids (and logprobs) out, async and cancellable.
 
-An engine knows nothing about OpenAI, JSON or sockets. The chat layer renders the
-prompt and tokenizes it; the engine generates; the chat layer detokenizes, matches
-stop strings and builds chunks. Cancellation is closing the iterator returned by
-`generate` (or cancelling the task iterating it): an engine must stop its work for
-that request when that happens, promptly and measurably.
+An engine knows nothing about OpenAI, JSON or sockets: it imports neither the
+wire models (`realtime.protocol`) nor the chat logic. It describes its model with
+`realtime.model` (`ModelInfo`: the tokenizer and chat template the pipeline uses)
+and raises its own errors (`engine/errors.py`), which the pipeline maps to client
+errors. The pipeline renders and tokenizes the prompt, the engine generates, and
+the pipeline detokenizes, matches stop strings and builds chunks with the chat
+logic. Cancellation is closing the iterator returned by `generate` (or cancelling
+the task iterating it): an engine must stop its work for that request when that
+happens, promptly and measurably.
 """
 
 from __future__ import annotations
@@ -96,7 +100,7 @@ def schedules_background(engine: object) -> bool:
 
 @runtime_checkable
 class Engine(Protocol):
-    """What every engine provides. Implementations: echo, cpu, exllamav2."""
+    """What every engine provides. Implementations: `registry.py` names and builds them."""
 
     @property
     def info(self) -> ModelInfo: ...
@@ -112,7 +116,9 @@ class Engine(Protocol):
         ...
 
     def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
-        """Stream the outputs for one request; close the iterator to cancel it."""
+        """Stream the outputs for one request; close the iterator to cancel it.
+
+        A request that cannot run or fails raises an `engine.errors.GenerationError`."""
         ...
 
     async def start(self) -> None:

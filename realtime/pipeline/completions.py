@@ -3,9 +3,9 @@
 It shares everything below the response shape with chat: the engine, the path
 to engine requests (`engine_requests.py`: model check, token budget with the
 server's cap, stops, sampling and the model's defaults, the id checks), the
-visible-text loop (`generation.py`) and the errors. Each prompt becomes one choice; several
-prompts are generated concurrently and their chunks interleave, each tagged
-with its choice index, as OpenAI does.
+visible-text loop (`generation.py`) and the errors. Each prompt becomes one
+choice; several prompts are generated concurrently and their chunks interleave,
+each tagged with its choice index, as OpenAI does.
 """
 
 from __future__ import annotations
