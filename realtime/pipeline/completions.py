@@ -63,9 +63,12 @@ class CompletionPipeline:
                 param="echo",
             )
         info = requests.check_ready()
+        completion_id = new_text_completion_id()
         prompts: list[list[int]] = []
         texts: list[str] = []
-        for prompt in request.prompts:
+        request_ids: list[str] = []
+        counts: list[int] = []
+        for index, prompt in enumerate(request.prompts):
             if isinstance(prompt, str):
                 ids, text = info.tokenizer.encode(prompt), prompt
             else:
@@ -73,11 +76,12 @@ class CompletionPipeline:
                 ids, text = list(prompt), info.tokenizer.decode(prompt)
             prompts.append(ids)
             texts.append(text)
-        completion_id = new_text_completion_id()
+            request_ids.append(f"{completion_id}-{index}")
+            counts.append(len(ids))
         engine_requests = requests.build(
             request,
             prompts,
-            [f"{completion_id}-{index}" for index in range(len(prompts))],
+            request_ids,
             ask=OutputAsk(
                 request.max_tokens,
                 explicit="max_tokens" in request.model_fields_set,
@@ -88,7 +92,7 @@ class CompletionPipeline:
         )
         chunks = CompletionChunks(
             model=chat.model_name,
-            prompt_tokens=[len(ids) for ids in prompts],
+            prompt_tokens=counts,
             include_usage=request.include_usage or not stream,
             logprobs=request.logprobs,
             system_fingerprint=chat.system_fingerprint,

@@ -56,24 +56,27 @@ class EngineRequestBuilder:
         info = self.engine.info
         stop_token_ids = request.stop_token_ids or []
         check_token_ids(stop_token_ids, info.vocab_size, "stop_token_ids")
-        limits = self.budget.limits([len(p) for p in prompts], info.context_length, ask, overflow)
+        limits = self.budget.limits(list(map(len, prompts)), info.context_length, ask, overflow)
         sampling = sampling_params(request, info.generation_defaults, info.vocab_size)
         ignore_eos, min_tokens = request.effective_ignore_eos, request.min_tokens or 0
         cache_salt = request.effective_cache_salt
-        return [
-            EngineRequest(
-                request_id=request_id,
-                prompt_token_ids=prompt,
-                sampling=sampling,
-                stop=StopConditions(
-                    max_tokens=limit,
-                    stop_token_ids=list(stop_token_ids),
-                    ignore_eos=ignore_eos,
-                    min_tokens=min_tokens,
-                ),
-                logprobs=logprobs,
-                cache_salt=cache_salt,
-                session_id=session_id,
+        built = []
+        for index, prompt in enumerate(prompts):
+            stop = StopConditions(
+                max_tokens=limits[index],
+                stop_token_ids=list(stop_token_ids),
+                ignore_eos=ignore_eos,
+                min_tokens=min_tokens,
             )
-            for prompt, request_id, limit in zip(prompts, request_ids, limits, strict=True)
-        ]
+            built.append(
+                EngineRequest(
+                    request_id=request_ids[index],
+                    prompt_token_ids=prompt,
+                    sampling=sampling,
+                    stop=stop,
+                    logprobs=logprobs,
+                    cache_salt=cache_salt,
+                    session_id=session_id,
+                )
+            )
+        return built
