@@ -12,8 +12,8 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
+from realtime.asgi.access import OPEN_PATHS, AccessGuard
 from realtime.auth import ApiKeys, OriginPolicy
-from realtime.completions import CompletionPipeline
 from realtime.config import ServerConfig
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
@@ -21,7 +21,6 @@ from realtime.engine.registry import create_engine
 from realtime.http.chat_completions import chat_completions
 from realtime.http.completions import completions
 from realtime.http.errors import handle_http_exception, handle_realtime_error, openai_errors
-from realtime.http.guard import OPEN_PATHS, AccessGuard
 from realtime.http.metrics import metrics as metrics_route
 from realtime.http.models import get_model, health, list_models, ready
 from realtime.http.observe import HttpObserver
@@ -29,6 +28,7 @@ from realtime.http.ui import ui_routes
 from realtime.lifecycle import Lifecycle
 from realtime.observability.metrics import Metrics
 from realtime.pipeline import ChatPipeline
+from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.errors import RealtimeError
 from realtime.ws.endpoint import realtime_endpoint
 from realtime.ws.hub import SessionHub
@@ -83,6 +83,7 @@ def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
         reasoning_parser=config.reasoning_parser,
         speculative_timeout=config.speculative_timeout_seconds,
         max_speculative=config.max_speculative,
+        max_tokens_cap=config.max_tokens_cap,
     )
     metrics = Metrics()
     hub = SessionHub(config.max_connections)

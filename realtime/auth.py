@@ -6,7 +6,8 @@ echoed. A key may arrive as `Authorization: Bearer <key>` (HTTP, and WebSocket
 clients that can set headers) or, for browsers, which cannot set headers on a
 WebSocket, as a subprotocol `realtime-key.<key>` offered next to `realtime`: the
 server selects `realtime` and never echoes the key. Query strings are never
-read: URLs end up in proxy logs and browser histories.
+read: URLs end up in proxy logs and browser histories (which query parameters
+count as credentials is `realtime.protocol.credentials`).
 
 The origin policy is the defence against cross-site WebSocket hijacking: a page
 on another site can open a socket to this server from a victim's browser, and
@@ -22,7 +23,7 @@ import ipaddress
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from urllib.parse import unquote_plus, urlsplit
+from urllib.parse import urlsplit
 
 SUBPROTOCOL = "realtime"
 KEY_SUBPROTOCOL_PREFIX = "realtime-key."
@@ -30,11 +31,6 @@ KEY_SUBPROTOCOL_PREFIX = "realtime-key."
 #: RFC 7230 token characters: what a subprotocol name may contain, so every key
 #: works in the browser subprotocol as well as in a header.
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-
-#: Query parameters that look like credentials; refused, never read.
-CREDENTIAL_PARAMS = frozenset(
-    {"api_key", "api-key", "apikey", "key", "token", "access_token", "auth", "authorization"}
-)
 
 
 def validate_key(key: str) -> str:
@@ -103,45 +99,6 @@ def subprotocol_key(subprotocols: Sequence[str]) -> bytes | None:
         if offered.startswith(KEY_SUBPROTOCOL_PREFIX):
             return offered[len(KEY_SUBPROTOCOL_PREFIX) :].encode("utf-8", "surrogateescape")
     return None
-
-
-#: `CREDENTIAL_PARAMS` spelled without separators: `api_key`, `API-Key` and `apikey` are one name.
-_CREDENTIAL_NAMES = frozenset(re.sub(r"[^a-z0-9]", "", p) for p in CREDENTIAL_PARAMS)
-
-#: Percent-decoding rounds: `%2561` is `%61` is `a`; a name still encoded after this is refused.
-_DECODE_ROUNDS = 3
-
-
-def is_credential_param(raw: bytes | str) -> bool:
-    """Whether a query parameter's name is a credential (or too encoded to tell)."""
-    return _credential_name(raw) is not False
-
-
-def _credential_name(raw: bytes | str) -> bool | None:
-    """Whether a query parameter's name is a credential; None if it cannot be decoded."""
-    name = raw.decode("latin-1") if isinstance(raw, bytes) else raw
-    for _ in range(_DECODE_ROUNDS):
-        decoded = unquote_plus(name, encoding="latin-1")
-        if decoded == name:
-            break
-        name = decoded
-    else:
-        return None
-    # Case, separators, brackets (`api_key[]`) and stray characters do not make a new name.
-    return re.sub(r"[^a-z0-9]", "", name.lower()) in _CREDENTIAL_NAMES
-
-
-def has_query_credentials(query_string: bytes) -> bool:
-    """Whether the query string names a credential, in any casing or percent-encoding.
-
-    Servers and frameworks decode names before they read them (`%61pi_key` is
-    `api_key` to them), so the check decodes too; a name that stays encoded after
-    several rounds is refused as well, since no honest client sends one.
-    """
-    if not query_string:
-        return False
-    pairs = re.split(rb"[&;]", query_string)
-    return any(is_credential_param(pair.split(b"=", 1)[0]) for pair in pairs)
 
 
 def is_loopback(host: str) -> bool:

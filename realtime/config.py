@@ -9,8 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from realtime.protocol.input_limits import DEFAULT_MAX_STOP_CHARS, DEFAULT_MAX_STOP_STRINGS
-from realtime.protocol.json_input import DEFAULT_MAX_JSON_DEPTH, DEFAULT_MAX_JSON_VALUES
+from realtime.protocol.input_limits import (
+    DEFAULT_MAX_STOP_CHARS,
+    DEFAULT_MAX_STOP_STRINGS,
+    InputLimits,
+)
+from realtime.protocol.json_input import (
+    DEFAULT_MAX_JSON_DEPTH,
+    DEFAULT_MAX_JSON_VALUES,
+    MAX_JSON_DEPTH_CEILING,
+)
 
 
 @dataclass
@@ -115,3 +123,15 @@ class ServerConfig:
     log_level: str = "info"
     #: "text" (human) or "json" (one JSON object per line, with connection and request ids).
     log_format: str = "text"
+
+
+def input_limits(config: ServerConfig) -> InputLimits:
+    """The request limits of `config`, in the form the protocol parsers take (both transports).
+
+    The depth is held to its ceiling, which the CLI enforces, for embedders too."""
+    return InputLimits(
+        max_json_depth=min(config.max_json_depth, MAX_JSON_DEPTH_CEILING),
+        max_json_values=config.max_json_values,
+        max_stop_strings=config.max_stop_strings,
+        max_stop_chars=config.max_stop_chars,
+    )

@@ -10,7 +10,6 @@ from realtime.auth import (
     ApiKeys,
     OriginPolicy,
     bearer_token,
-    has_query_credentials,
     is_loopback,
     load_key_file,
     subprotocol_key,
@@ -54,33 +53,6 @@ def test_bearer_header_parsing():
 def test_subprotocol_key():
     assert subprotocol_key(["realtime", "realtime-key.sk-x"]) == b"sk-x"
     assert subprotocol_key(["realtime"]) is None
-
-
-@pytest.mark.parametrize(
-    ("query", "refused"),
-    [
-        (b"", False),
-        (b"model=echo", False),
-        (b"api_key=sk", True),
-        (b"x=1&Token=abc", True),
-        (b"access_token", True),
-        (b"keyboard=1", False),
-        (b"monkey=1&tokens=3", False),
-        # every spelling a server would decode to a credential name
-        (b"%61pi_key=sk", True),
-        (b"API_KEY=sk", True),
-        (b"Api-Key=sk", True),
-        (b"api%5Fkey=sk", True),
-        (b"api%255Fkey=sk", True),  # encoded twice
-        (b"api+key=sk", True),
-        (b"api_key[]=sk", True),
-        (b"x=1;api_key=sk", True),
-        (b"%25252525252561=sk", True),  # still encoded after every round: refused
-        (b"q=api_key", False),  # a value, not a name
-    ],
-)
-def test_credential_query_parameters(query, refused):
-    assert has_query_credentials(query) is refused
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from realtime.chat.template import ChatTemplate
-from realtime.engine.base import ModelInfo
 from realtime.engine.echo import EchoEngine, EchoTokenizer
+from realtime.model.info import ModelInfo
+from realtime.model.template import ChatTemplate
 from realtime.pipeline import ChatPipeline, PreparedChat
 from realtime.protocol.errors import (
     EngineError,
@@ -585,7 +585,7 @@ def test_token_ids_outside_the_vocabulary_are_rejected_before_generation() -> No
 
 
 def test_generation_defaults_fill_only_what_the_request_leaves_out() -> None:
-    from realtime.engine.base import GenerationDefaults
+    from realtime.model.info import GenerationDefaults
 
     defaults = GenerationDefaults(temperature=0.6, top_p=0.9, top_k=20, repetition_penalty=1.1)
     pipeline = _pipeline_with(generation_defaults=defaults)

@@ -19,8 +19,8 @@ torch = pytest.importorskip("torch")
 from realtime.chat.tools.events import ParsedOutput  # noqa: E402
 from realtime.engine.cpu import CpuEngine  # noqa: E402
 from realtime.pipeline import ChatPipeline  # noqa: E402
+from realtime.pipeline.speculative import NextTurn  # noqa: E402
 from realtime.protocol.request import parse_chat_request  # noqa: E402
-from realtime.speculative import NextTurn  # noqa: E402
 from tests.conftest import wait_until  # noqa: E402
 from tests.engine.step_gate import step_gate  # noqa: E402
 

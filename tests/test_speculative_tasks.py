@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from realtime.chat.template import ChatTemplate
-from realtime.engine.base import BACKGROUND_PRIORITY, EngineOutput, EngineRequest, ModelInfo
+from realtime.engine.base import BACKGROUND_PRIORITY, EngineOutput, EngineRequest
 from realtime.engine.echo import EchoEngine
+from realtime.engine.errors import EngineUnavailable
+from realtime.model.info import ModelInfo
+from realtime.model.template import ChatTemplate
 from realtime.pipeline import ChatPipeline
-from realtime.protocol.errors import EngineUnavailableError
 from realtime.protocol.request import parse_chat_request
 from realtime.tiny_model import CHATML_TEMPLATE
 
@@ -51,7 +52,7 @@ class HeldEcho(EchoEngine):
         try:
             await self.release.wait()
             if self.fail:
-                raise EngineUnavailableError("engine unavailable: gone")
+                raise EngineUnavailable("engine unavailable: gone")
             async for out in super().generate(request):
                 yield out
         finally:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from realtime.chat.model_dir import load_model_dir
+from realtime.model.model_dir import load_model_dir
 from realtime.tiny_model import (
     BPE_VOCAB_SIZE,
     CONTROL_TOKENS,

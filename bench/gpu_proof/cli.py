@@ -165,7 +165,7 @@ def _import(run: Run) -> None:
 
 
 def _prompt_ids(run: Run) -> list[int]:
-    from realtime.chat.model_dir import load_model_dir
+    from realtime.model.model_dir import load_model_dir
 
     files = load_model_dir(run.doc["model"]["path"])
     return files.tokenizer.encode(files.chat_template.render(STORY))

@@ -154,8 +154,8 @@ class Loop:
         import torch
         from transformers import AutoModelForCausalLM
 
-        from realtime.chat.model_dir import load_model_dir
         from realtime.constrain.tokenizer import TokenizerBinding
+        from realtime.model.model_dir import load_model_dir
 
         self.torch = torch
         torch.set_num_threads(threads)

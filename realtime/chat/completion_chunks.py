@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from realtime.chat.delta import finish_reason_name
-from realtime.chat.tokenizer import Tokenizer
-from realtime.engine.base import FinishReason, TokenLogprob
+from realtime.model.generation import FinishReason, TokenLogprob
+from realtime.model.tokenizer import Tokenizer
 
 
 def new_text_completion_id() -> str:

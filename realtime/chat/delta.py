@@ -38,7 +38,7 @@ from realtime.chat.tools.events import (
     ToolCallStart,
     merge_adjacent,
 )
-from realtime.engine.base import FinishReason
+from realtime.model.generation import FinishReason
 
 _FINISH_NAMES = {
     FinishReason.EOS: "stop",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from realtime.chat.tokenizer import Tokenizer
-from realtime.engine.base import TokenLogprob
+from realtime.model.generation import TokenLogprob
+from realtime.model.tokenizer import Tokenizer
 
 
 def _entry(tokenizer: Tokenizer, token_id: int, logprob: float) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from realtime.chat.template import ChatTemplate
+from realtime.model.template import ChatTemplate
 from realtime.protocol.errors import InvalidRequestError
 
 #: Letters and digits only, so filters like `trim` leave it whole and it cannot merge

@@ -4,20 +4,14 @@ from realtime.engine.base import (
     Engine,
     EngineOutput,
     EngineRequest,
-    FinishReason,
-    ModelInfo,
     SamplingParams,
     StopConditions,
-    TokenLogprob,
 )
 
 __all__ = [
     "Engine",
     "EngineOutput",
     "EngineRequest",
-    "FinishReason",
-    "ModelInfo",
     "SamplingParams",
     "StopConditions",
-    "TokenLogprob",
 ]

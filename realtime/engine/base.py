@@ -1,30 +1,24 @@
 """The engine contract: token ids in, token ids (and logprobs) out, async and cancellable.
 
-An engine knows nothing about OpenAI, JSON or sockets. The chat layer renders the
-prompt and tokenizes it; the engine generates; the chat layer detokenizes, matches
-stop strings and builds chunks. Cancellation is closing the iterator returned by
-`generate` (or cancelling the task iterating it): an engine must stop its work for
-that request when that happens, promptly and measurably.
+An engine knows nothing about OpenAI, JSON or sockets: it imports neither the
+wire models (`realtime.protocol`) nor the chat logic. It describes its model with
+`realtime.model` (`ModelInfo`: the tokenizer and chat template the pipeline uses)
+and raises its own errors (`engine/errors.py`), which the pipeline maps to client
+errors. The pipeline renders and tokenizes the prompt, the engine generates, and
+the pipeline detokenizes, matches stop strings and builds chunks with the chat
+logic. Cancellation is closing the iterator returned by `generate` (or cancelling
+the task iterating it): an engine must stop its work for that request when that
+happens, promptly and measurably.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-if TYPE_CHECKING:
-    from realtime.chat.template import ChatTemplate
-    from realtime.chat.tokenizer import Tokenizer
-
-
-class FinishReason(str, enum.Enum):
-    EOS = "eos"  # the model emitted an end-of-sequence token
-    STOP = "stop"  # a stop token id or stop string matched
-    LENGTH = "length"  # max_tokens or the context window was reached
-    CANCELLED = "cancelled"
-    ERROR = "error"
+from realtime.model.generation import FinishReason, TokenLogprob
+from realtime.model.info import ModelInfo
 
 
 @dataclass(slots=True)
@@ -71,13 +65,6 @@ class EngineRequest:
 
 
 @dataclass(slots=True)
-class TokenLogprob:
-    token_id: int
-    logprob: float
-    top: list[tuple[int, float]] = field(default_factory=list)
-
-
-@dataclass(slots=True)
 class EngineOutput:
     """One step of generation: new token ids, and the finish reason on the last step."""
 
@@ -91,34 +78,6 @@ class EngineOutput:
     #: True when the last id in `token_ids` is the EOS / stop token that ended the
     #: request: it counts as generated but its text is never shown (as in vLLM).
     stopped_on_token: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class GenerationDefaults:
-    """A model's own sampling defaults (generation_config.json); None where it is silent.
-
-    They apply where a request leaves a parameter out, as vLLM does by default,
-    because many models are only coherent at the settings they were tuned for.
-    """
-
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    repetition_penalty: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ModelInfo:
-    name: str
-    context_length: int
-    tokenizer: Tokenizer
-    chat_template: ChatTemplate
-    owned_by: str = "realtime"
-    created: int = 0
-    #: Number of token ids; lets the pipeline reject out-of-range ids before a stream starts.
-    vocab_size: int | None = None
-    generation_defaults: GenerationDefaults = GenerationDefaults()
 
 
 @runtime_checkable
@@ -141,7 +100,7 @@ def schedules_background(engine: object) -> bool:
 
 @runtime_checkable
 class Engine(Protocol):
-    """What every engine provides. Implementations: echo, cpu, exllamav2."""
+    """What every engine provides. Implementations: `registry.py` names and builds them."""
 
     @property
     def info(self) -> ModelInfo: ...
@@ -157,7 +116,9 @@ class Engine(Protocol):
         ...
 
     def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
-        """Stream the outputs for one request; close the iterator to cancel it."""
+        """Stream the outputs for one request; close the iterator to cancel it.
+
+        A request that cannot run or fails raises an `engine.errors.GenerationError`."""
         ...
 
     async def start(self) -> None:

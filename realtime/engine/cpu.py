@@ -30,8 +30,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError(f"the cpu engine needs torch and transformers: {CPU_INSTALL_HINT}") from exc
 
-from realtime.chat.model_dir import ModelFiles, load_model_dir
-from realtime.engine.base import EngineOutput, EngineRequest, ModelInfo
+from realtime.engine.base import EngineOutput, EngineRequest
 from realtime.engine.cpu_backend import (
     CACHE_SCOPES,
     DEFAULT_MAX_BATCH_SIZE,
@@ -39,9 +38,11 @@ from realtime.engine.cpu_backend import (
     CpuBackend,
     CpuStats,
 )
+from realtime.engine.errors import EngineRequestError, RequestPart
 from realtime.engine.sampling import validate_sampling
 from realtime.engine.threaded import ThreadedEngineCore
-from realtime.protocol.errors import InvalidRequestError
+from realtime.model.info import ModelInfo
+from realtime.model.model_dir import ModelFiles, load_model_dir
 
 
 def default_threads() -> int:
@@ -180,28 +181,28 @@ class CpuEngine:
                 yield output
 
     def _check(self, request: EngineRequest) -> None:
-        """Refuse, as a client error, what the engine thread would refuse (cheap checks)."""
+        """Refuse, as the request's fault, what the engine thread would refuse (cheap checks)."""
         prompt = request.prompt_token_ids
         if not prompt:
-            raise InvalidRequestError("the prompt is empty", param="messages")
+            raise EngineRequestError("the prompt is empty", part=RequestPart.PROMPT)
         if len(prompt) >= self.options.context_length:
-            raise InvalidRequestError(
+            raise EngineRequestError(
                 f"the prompt is {len(prompt)} tokens; the model's context is "
                 f"{self.options.context_length} tokens",
-                param="messages",
-                code="context_length_exceeded",
+                part=RequestPart.PROMPT,
+                exceeds_context=True,
             )
         if self.backend is None:
             return  # not started: the core refuses the request
         top = self.backend.vocab_size - 1
         if min(prompt) < 0 or max(prompt) > top:
-            raise InvalidRequestError(
-                f"prompt token ids must be in 0..{top}", param="nvext.token_data"
+            raise EngineRequestError(
+                f"prompt token ids must be in 0..{top}", part=RequestPart.PROMPT_TOKEN_IDS
             )
         try:
             validate_sampling(request.sampling, self.backend.vocab_size)
         except ValueError as exc:
-            raise InvalidRequestError(str(exc)) from None
+            raise EngineRequestError(str(exc), part=RequestPart.SAMPLING) from None
 
     def _build_backend(self) -> CpuBackend:
         """Runs on the engine thread: load the weights there, once (already in eval mode)."""

@@ -67,12 +67,13 @@ from typing import Any
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from realtime.engine.base import NORMAL_PRIORITY, EngineOutput, EngineRequest, FinishReason
+from realtime.engine.base import NORMAL_PRIORITY, EngineOutput, EngineRequest
 from realtime.engine.batch_cache import KVState
 from realtime.engine.cpu_runner import BatchRunner, Feed, Runner, SoloRunner, verify_batching
 from realtime.engine.cpu_stats import CpuStats, RequestStats
 from realtime.engine.prefix_cache import PrefixCache, common_prefix_length
 from realtime.engine.sampling import SequenceSampler, sample_batch
+from realtime.model.generation import FinishReason
 
 __all__ = ["CACHE_SCOPES", "BackendOptions", "CpuBackend", "CpuStats", "KVState", "RequestStats"]
 

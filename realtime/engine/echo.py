@@ -24,15 +24,11 @@ import re
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 
-from realtime.chat.template import ChatTemplate
-from realtime.engine.base import (
-    EngineOutput,
-    EngineRequest,
-    FinishReason,
-    ModelInfo,
-    TokenLogprob,
-)
-from realtime.protocol.errors import EngineError, EngineUnavailableError
+from realtime.engine.base import EngineOutput, EngineRequest
+from realtime.engine.errors import EngineFailure, EngineUnavailable
+from realtime.model.generation import FinishReason, TokenLogprob
+from realtime.model.info import ModelInfo
+from realtime.model.template import ChatTemplate
 
 ECHO_TEMPLATE = (
     "{%- set ns = namespace(text='') -%}"
@@ -150,7 +146,7 @@ class EchoEngine:
 
     async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
         if self.unavailable is not None:
-            raise EngineUnavailableError(f"engine unavailable: {self.unavailable}")
+            raise EngineUnavailable(f"engine unavailable: {self.unavailable}")
         stats = self.stats
         stats.requests_started += 1
         stats.active += 1
@@ -167,7 +163,7 @@ class EchoEngine:
                 else:
                     await asyncio.sleep(0)  # one step per token: let other sockets run
                 if self.fail_after_tokens is not None and n > self.fail_after_tokens:
-                    raise EngineError("echo engine: injected failure")
+                    raise EngineFailure("echo engine: injected failure")
                 stats.tokens_generated += 1
                 stats.tokens_by_request[request.request_id] = n
                 logprobs = (

@@ -23,10 +23,11 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from realtime.engine.base import EngineOutput, EngineRequest, ModelInfo
+from realtime.engine.base import EngineOutput, EngineRequest
 from realtime.engine.exllamav2_backend import MIN_LOGPROB, BackgroundStats, ExLlamaV2Backend
 from realtime.engine.exllamav2_salt import install_salted_hashing, salted_job_class
 from realtime.engine.threaded import CoreStats, ThreadedEngineCore
+from realtime.model.info import ModelInfo
 
 log = logging.getLogger("realtime.engine.exllamav2")
 
@@ -134,7 +135,7 @@ class ExLlamaV2Engine:
             split = tuple(float(gb) for gb in gpu_split)
             if not split or any(not gb > 0 for gb in split):
                 raise ValueError(f"gpu_split must list positive GB per GPU, got {list(gpu_split)}")
-        from realtime.chat.model_dir import load_model_dir
+        from realtime.model.model_dir import load_model_dir
 
         model_dir = os.fspath(model_dir)
         info = load_model_dir(model_dir, chat_template=chat_template).model_info(name=model_name)

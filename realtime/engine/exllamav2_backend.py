@@ -52,16 +52,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from realtime.engine.base import (
-    NORMAL_PRIORITY,
-    EngineOutput,
-    EngineRequest,
-    FinishReason,
-    SamplingParams,
-    TokenLogprob,
-)
+from realtime.engine.base import NORMAL_PRIORITY, EngineOutput, EngineRequest, SamplingParams
 from realtime.engine.exllamav2_salt import salt_seed
 from realtime.engine.prefix_cache import common_prefix_length
+from realtime.model.generation import FinishReason, TokenLogprob
 
 log = logging.getLogger("realtime.engine.exllamav2")
 

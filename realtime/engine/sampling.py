@@ -52,7 +52,8 @@ from dataclasses import dataclass
 
 import torch
 
-from realtime.engine.base import SamplingParams, TokenLogprob
+from realtime.engine.base import SamplingParams
+from realtime.model.generation import TokenLogprob
 
 #: Temperatures below this decode greedily (0 is the documented way to ask for it).
 GREEDY_BELOW = 1e-5

@@ -19,7 +19,7 @@ The script is a JSON list (a file, or the same list in Python). An entry is eith
   (the agent example runs it once per transport). `{"reply": "..."}` without
   `match` is the same as a plain string; `"comment"` is ignored (JSON has no comments).
 
-A request that no entry answers fails with an `EngineError` saying the script ran
+A request that no entry answers fails with an `EngineFailure` saying the script ran
 out; only that request fails.
 
 Tokenizer and template: with `model_dir`, the model's own (prompts look as that
@@ -41,17 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from realtime.chat.model_dir import load_model_dir
-from realtime.chat.template import ChatTemplate
-from realtime.engine.base import (
-    EngineOutput,
-    EngineRequest,
-    FinishReason,
-    ModelInfo,
-    TokenLogprob,
-)
+from realtime.engine.base import EngineOutput, EngineRequest
 from realtime.engine.echo import EchoStats, EchoTokenizer
-from realtime.protocol.errors import EngineError
+from realtime.engine.errors import EngineFailure
+from realtime.model.generation import FinishReason, TokenLogprob
+from realtime.model.info import ModelInfo
+from realtime.model.model_dir import load_model_dir
+from realtime.model.template import ChatTemplate
 
 #: The no-model prompt: every message as `role: text`, tool calls in hermes markup,
 #: so `match` can see tool results and `prompts` show the whole conversation.
@@ -203,7 +199,7 @@ class ScriptedEngine:
         self._started = False
 
     def choose(self, prompt: str) -> str:
-        """The reply for `prompt` (using up a plain entry); EngineError when none is left."""
+        """The reply for `prompt` (using up a plain entry); EngineFailure when none is left."""
         best: tuple[int, str] | None = None
         for entry in self.script:
             if entry.match is None:
@@ -216,7 +212,7 @@ class ScriptedEngine:
         if self._plain:
             return self._plain.pop(0)
         tail = prompt[-120:]
-        raise EngineError(
+        raise EngineFailure(
             f"scripted engine: the script ran out: no reply left after "
             f"{len(self.replies_given)} given, and no 'match' entry found in the prompt, "
             f"which ends {tail!r}"

@@ -28,9 +28,9 @@ so one slow reader never holds up the others' batch, and resumed once its consum
 has read half the queue. A backend that cannot pause keeps producing, and the
 channel folds its outputs together, so the queue's length stays bounded.
 
-If a step raises, the requests that were active get `EngineUnavailableError`
-(503 over HTTP, 1011 on the socket), the backend is asked to `recover()`, and
-the engine keeps serving new requests.
+If a step raises, the requests that were active fail with `EngineUnavailable`
+(their clients see 503 over HTTP, 1011 on the socket), the backend is asked to
+`recover()`, and the engine keeps serving new requests.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from realtime.engine.base import EngineOutput, EngineRequest
+from realtime.engine.errors import EngineRequestError, EngineUnavailable
 from realtime.engine.output_channel import OUTPUT_QUEUE_LIMIT, Delivery, OutputChannel
-from realtime.protocol.errors import EngineUnavailableError, InvalidRequestError
 
 log = logging.getLogger("realtime.engine")
 
@@ -159,7 +159,7 @@ class ThreadedEngineCore:
         await asyncio.to_thread(self._thread.join)
         self._thread = None
         for channel in self._jobs.values():
-            channel.fail(EngineUnavailableError("engine unavailable: shutting down"))
+            channel.fail(EngineUnavailable("engine unavailable: shutting down"))
 
     @property
     def running(self) -> bool:
@@ -169,7 +169,7 @@ class ThreadedEngineCore:
 
     async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
         if not self.running:
-            raise EngineUnavailableError(f"engine unavailable: {self.failure or 'not running'}")
+            raise EngineUnavailable(f"engine unavailable: {self.failure or 'not running'}")
         loop = asyncio.get_running_loop()
         job_id = next(self._ids)
         channel = OutputChannel(self._output_limit, merge=self._merge_backlog)
@@ -261,9 +261,9 @@ class ThreadedEngineCore:
         try:
             backend.add(job_id, request)
         except ValueError as exc:
-            # The request's own fault (say, too large for the cache): fail it alone, as a
-            # 400; the socket and the engine carry on.
-            error = InvalidRequestError(f"the engine cannot run this request: {exc}")
+            # The request's own fault (say, too large for the cache): fail it alone (a 400
+            # for its client); the socket and the engine carry on.
+            error = EngineRequestError(f"the engine cannot run this request: {exc}")
             self._deliver(backend, {job_id: channel}, [(job_id, error)])
             return
         active[job_id] = channel
@@ -277,7 +277,7 @@ class ThreadedEngineCore:
                 "%s: step failed; failing its %d active request(s)", self._name, len(active)
             )
             self.stats.step_failures += 1
-            error = EngineUnavailableError(
+            error = EngineUnavailable(
                 f"engine unavailable: the engine failed ({type(exc).__name__})"
             )
             failed = dict(active)

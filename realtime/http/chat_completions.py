@@ -1,113 +1,19 @@
 """POST /v1/chat/completions: SSE when `stream` is true, one JSON body otherwise.
 
-`respond` and `begin` are shared with /v1/completions: everything here but the
-request parsing is about serving a generation over HTTP, not about chat.
-
-Around the pipeline this route adds what operating the server needs: the
-`--max-tokens-cap`, metrics (status, tokens, time to first token, inter-token
-latency), one log line per request, and shutdown: a request arriving while the
-server drains gets 503 `shutting_down`; one still running when the grace period
-ends is cancelled with an answer (an SSE error event, or a 503 body), not dropped.
+Parsing and the chat pipeline are the route's; serving (draining, metrics,
+disconnects, shutdown) is `serving.py`'s, shared with /v1/completions.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from contextlib import aclosing
-from typing import Any
-
-import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from realtime.http.errors import error_response
-from realtime.http.responses import ORJSONResponse
-from realtime.http.sse import EventStreamResponse
-from realtime.lifecycle import Lifecycle
-from realtime.limits import apply_max_tokens_cap, input_limits
-from realtime.observability.logs import event
-from realtime.observability.metrics import Metrics, RequestTimer
+from realtime.config import input_limits
+from realtime.http.serving import begin, read_json_body, respond
 from realtime.pipeline import ChatPipeline
-from realtime.protocol.errors import (
-    EngineError,
-    EngineUnavailableError,
-    InvalidRequestError,
-    RealtimeError,
-    ServerShuttingDownError,
-)
-from realtime.protocol.json_input import load_json
+from realtime.protocol.errors import RealtimeError
 from realtime.protocol.request import parse_chat_request
-
-log = logging.getLogger("realtime.http")
-
-TRANSPORT = "http"
-
-
-async def read_json_body(request: Request) -> Any:
-    body = await request.body()
-    limits = input_limits(request.app.state.config)
-    try:
-        return load_json(body, limits.max_json_depth, limits.max_json_values)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from None
-
-
-class _Outcome:
-    """Metrics and the log line of one HTTP generation request, recorded exactly once."""
-
-    def __init__(self, request: Request, started: float):
-        state = request.app.state
-        self.metrics: Metrics = state.metrics
-        self.lifecycle: Lifecycle = state.lifecycle
-        self.request_id = request.scope.get("state", {}).get("request_id")
-        self.timer = RequestTimer(self.metrics, TRANSPORT, started)
-        self.done = False
-        #: Set once the request is prepared: its usage so far, and its response id.
-        self.usage: Callable[[], dict[str, Any] | None] = lambda: None
-        self.response_id: str | None = None
-
-    def finish(
-        self, status: str, error: RealtimeError | None = None, cause: str | None = None
-    ) -> None:
-        if self.done:
-            return
-        self.done = True
-        m = self.metrics
-        m.requests.labels(TRANSPORT, status).inc()
-        usage = self.usage()
-        m.usage(TRANSPORT, usage)
-        if status == "cancelled":
-            cause = cause or ("shutdown" if self.lifecycle.expired.is_set() else "disconnect")
-            m.cancellations.labels(TRANSPORT, cause).inc()
-        if isinstance(error, (EngineError, EngineUnavailableError)):
-            m.engine_errors.labels(error.code or "engine_error").inc()
-        event(
-            log,
-            "request.end",
-            transport=TRANSPORT,
-            request_id=self.request_id,
-            id=self.response_id,
-            status=status,
-            cause=cause,
-            error_code=error.code if error is not None else None,
-            prompt_tokens=usage["prompt_tokens"] if usage else None,
-            completion_tokens=usage["completion_tokens"] if usage else None,
-            ttft_ms=self.timer.ttft_ms,
-            duration_ms=round((time.perf_counter() - self.timer.started) * 1000, 3),
-        )
-
-
-def begin(request: Request) -> _Outcome:
-    """Start accounting for a generation request; refuse it while the server drains."""
-    outcome = _Outcome(request, time.perf_counter())
-    if request.app.state.lifecycle.draining:
-        error = ServerShuttingDownError("server shutting down; send the request to another server")
-        outcome.finish("rejected", error=error)
-        raise error
-    return outcome
 
 
 async def chat_completions(request: Request) -> Response:
@@ -119,7 +25,6 @@ async def chat_completions(request: Request) -> Response:
         chat_request = parse_chat_request(await read_json_body(request), limits)
         streaming = bool(chat_request.stream)
         prepared = pipeline.prepare(chat_request, stream=streaming)
-        apply_max_tokens_cap(prepared, state.config.max_tokens_cap)
     except RealtimeError as exc:
         outcome.finish("error", error=exc)
         raise
@@ -134,94 +39,3 @@ async def chat_completions(request: Request) -> Response:
         stream=lambda: pipeline.stream(prepared),
         complete=lambda: pipeline.complete(prepared),
     )
-
-
-async def respond(
-    request: Request,
-    outcome: _Outcome,
-    streaming: bool,
-    *,
-    stream: Callable[[], AsyncGenerator[dict[str, Any], None]],
-    complete: Callable[[], Awaitable[dict[str, Any]]],
-) -> Response:
-    """SSE or one JSON body for a prepared request, with disconnects and shutdown handled."""
-    state = request.app.state
-    lifecycle: Lifecycle = state.lifecycle
-    if streaming:
-        keepalive = state.config.sse_keepalive_seconds
-        # A client that hangs up cancels the stream, which closes the chunk iterator
-        # and with it the engine's.
-        return EventStreamResponse(
-            _observed(stream(), outcome), keepalive_seconds=keepalive, stop=lifecycle.expired
-        )
-    gauge = outcome.metrics.in_flight.labels(TRANSPORT)
-    gauge.inc()
-    try:
-        result = await _until_disconnected(request, complete(), lifecycle.expired)
-    except RealtimeError as exc:
-        outcome.finish("error", exc)
-        raise
-    finally:
-        gauge.dec()
-    if result is _DISCONNECTED:
-        outcome.finish("cancelled", cause="disconnect")
-        return Response(status_code=499)  # nobody is listening any more
-    if result is _SHUTDOWN:
-        error = ServerShuttingDownError("server shutting down; the request was cancelled")
-        outcome.finish("cancelled", cause="shutdown")
-        return error_response(error)
-    outcome.finish("completed")
-    return ORJSONResponse(result)
-
-
-async def _observed(
-    chunks: AsyncGenerator[dict[str, Any], None], outcome: _Outcome
-) -> AsyncGenerator[dict[str, Any], None]:
-    """The chunks, timed; records the request's outcome however the stream ends."""
-    gauge = outcome.metrics.in_flight.labels(TRANSPORT)
-    gauge.inc()
-    status, error = "cancelled", None
-    try:
-        async with aclosing(chunks):
-            async for chunk in chunks:
-                outcome.timer.chunk(chunk)
-                yield chunk
-        status = "completed"
-    except RealtimeError as exc:
-        status, error = "error", exc
-        raise
-    except Exception:
-        status = "error"
-        raise
-    finally:
-        gauge.dec()
-        outcome.finish(status, error)
-
-
-_DISCONNECTED: Any = object()
-_SHUTDOWN: Any = object()
-
-
-async def _until_disconnected(request: Request, work: Any, stop: asyncio.Event) -> Any:
-    """Run `work`, but cancel it (stopping the engine) if the client hangs up or shutdown ends."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_wait_disconnect(request))
-    stopper = asyncio.ensure_future(stop.wait())
-    try:
-        done, _ = await asyncio.wait({task, watcher, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if task in done:
-            return task.result()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        return _DISCONNECTED if watcher in done else _SHUTDOWN
-    finally:
-        watcher.cancel()
-        stopper.cancel()
-        task.cancel()
-
-
-async def _wait_disconnect(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return

@@ -1,7 +1,7 @@
 """POST /v1/completions: the legacy text-completion API, SSE or one JSON body.
 
-Parsing differs from chat; serving does not: `begin` and `respond` (shared with
-/v1/chat/completions) handle draining, metrics, disconnects and shutdown.
+Parsing differs from chat; serving does not: `begin` and `respond` (`serving.py`,
+shared with /v1/chat/completions) handle draining, metrics, disconnects and shutdown.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from realtime.completions import CompletionPipeline
-from realtime.http.chat_completions import begin, read_json_body, respond
-from realtime.limits import cap_output, input_limits
+from realtime.config import input_limits
+from realtime.http.serving import begin, read_json_body, respond
+from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.completions import parse_completion_request
 from realtime.protocol.errors import RealtimeError
 
@@ -25,9 +25,6 @@ async def completions(request: Request) -> Response:
         body = parse_completion_request(await read_json_body(request), limits)
         streaming = bool(body.stream)
         prepared = pipeline.prepare(body, stream=streaming)
-        asked = body.max_tokens if "max_tokens" in body.model_fields_set else None
-        stops = [r.stop for r in prepared.engine_requests]
-        cap_output(stops, asked, "max_tokens", state.config.max_tokens_cap)
     except RealtimeError as exc:
         outcome.finish("error", error=exc)
         raise

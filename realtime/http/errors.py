@@ -1,4 +1,4 @@
-"""RealtimeError -> OpenAI error response, and the handlers that make every HTTP error one."""
+"""The handlers that make every HTTP error an OpenAI error response (`asgi/responses.py`)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,11 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from realtime.http.responses import ORJSONResponse
+from realtime.asgi.responses import ORJSONResponse, error_response
 from realtime.observability.logs import event
 from realtime.protocol.errors import InternalError, InvalidRequestError, RealtimeError
 
 log = logging.getLogger("realtime.http")
-
-
-def error_response(error: RealtimeError) -> Response:
-    headers = None
-    if error.status >= 500 and not error.retryable:
-        # The openai SDK retries 5xx twice by default; a failure that will recur
-        # would run the engine three times for nothing.
-        headers = {"x-should-retry": "false"}
-    return ORJSONResponse(error.to_body(), status_code=error.status, headers=headers)
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]

@@ -7,8 +7,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from realtime.http.errors import error_response
-from realtime.http.responses import ORJSONResponse
+from realtime.asgi.responses import ORJSONResponse, error_response
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import ModelNotFoundError
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from realtime.auth import is_credential_param
+from realtime.protocol.credentials import is_credential_param
 
 #: A query parameter: separator, name, "=", value. The name is decoded before it is judged.
 _QUERY_PARAM = re.compile(r"([?&;])([^=&;\s\"'?#]+)=([^&;\s\"'#]*)")

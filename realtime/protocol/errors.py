@@ -1,4 +1,9 @@
-"""The one exception hierarchy of the server.
+"""The errors a client is told about, and how each one surfaces on every transport.
+
+Everything that reaches a client is one of these. Code below the pipeline keeps
+its own exceptions and the layer above translates them: engines raise
+`realtime.engine.errors` (mapped in `realtime.pipeline.engine_errors`), the
+model directory loader `ModelDirError` (a startup error, never a client's).
 
 Each error class knows, once, how it surfaces on every transport:
 

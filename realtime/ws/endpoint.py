@@ -1,6 +1,6 @@
 """The ASGI entry of /v1/realtime: capacity, accept, run a session, register it with the hub.
 
-API keys and the Origin were checked before this runs (`realtime.http.guard`).
+API keys and the Origin were checked before this runs (`realtime.asgi.access`).
 Here the connection limit is enforced, still before the upgrade (HTTP 503 with
 `Retry-After`), and the `realtime` subprotocol is selected when the client
 offered it (browsers sending their key as `realtime-key.<key>` must offer it:
@@ -14,8 +14,8 @@ import time
 
 from starlette.websockets import WebSocket
 
+from realtime.asgi.access import deny_websocket
 from realtime.auth import SUBPROTOCOL
-from realtime.http.guard import deny_websocket
 from realtime.observability.logs import event
 from realtime.observability.metrics import Metrics
 from realtime.protocol.close_codes import CloseCode, truncate_reason

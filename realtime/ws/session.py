@@ -56,8 +56,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket
 
-from realtime.config import ServerConfig
-from realtime.limits import apply_max_tokens_cap, input_limits
+from realtime.config import ServerConfig, input_limits
 from realtime.observability.logs import event
 from realtime.observability.metrics import Metrics, RequestTimer
 from realtime.pipeline import ChatPipeline, PreparedChat
@@ -696,7 +695,6 @@ class RealtimeSession:
             prepared = self.pipeline.prepare(
                 item.request, stream=streaming, session_id=self.session_id
             )
-            apply_max_tokens_cap(prepared, self.config.max_tokens_cap)
             if streaming:
                 timer = RequestTimer(self.metrics, TRANSPORT, item.received_at)
                 put = self._outbox.put  # the per-token path: one call less than `_send`

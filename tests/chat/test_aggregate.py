@@ -9,7 +9,7 @@ import pytest
 
 from realtime.chat.aggregate import ChunkAggregator
 from realtime.chat.delta import DeltaGenerator
-from realtime.engine.base import FinishReason
+from realtime.model.generation import FinishReason
 from realtime.protocol.response import ChatCompletion
 
 USAGE_3 = {

@@ -10,7 +10,7 @@ import pytest
 from realtime.chat.coalesce import fold_chunk
 from realtime.chat.delta import DeltaGenerator
 from realtime.chat.tools.events import ReasoningDelta, ToolCallStart
-from realtime.engine.base import FinishReason
+from realtime.model.generation import FinishReason
 
 
 def _gen(**kwargs: Any) -> DeltaGenerator:

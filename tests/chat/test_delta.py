@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from realtime.chat.delta import DeltaGenerator, finish_reason_name, new_completion_id
-from realtime.engine.base import FinishReason
+from realtime.model.generation import FinishReason
 from realtime.protocol.response import ChatCompletionChunk
 
 

@@ -1,6 +1,6 @@
 """The next-turn prefix: what every next request after an answer begins with.
 
-Checked against every template family in tests/chat/templates and the tiny model's
+Checked against every template family in tests/model/templates and the tiny model's
 own: the rendered next turn (any content) must start with the prefix, and the prefix
 must cover the answer, including templates that render the latest answer differently
 from earlier ones (reasoning kept only after the last user message).
@@ -15,12 +15,12 @@ import pytest
 
 from realtime.chat.conversation import assistant_message, template_message
 from realtime.chat.next_turn import PLACEHOLDER, next_turn_prefix
-from realtime.chat.template import ChatTemplate
 from realtime.chat.tools.events import ParsedOutput, ParsedToolCall
+from realtime.model.template import ChatTemplate
 from realtime.protocol.errors import InvalidRequestError
 from realtime.tiny_model import CHATML_TEMPLATE, LLAMA3_TEMPLATE
 
-TEMPLATES = Path(__file__).parent / "templates"
+TEMPLATES = Path(__file__).parent.parent / "model" / "templates"
 SPECIALS = {
     "bos_token": "<s>",
     "eos_token": "</s>",

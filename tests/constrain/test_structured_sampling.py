@@ -15,7 +15,6 @@ import jsonschema
 import pytest
 import torch
 
-from realtime.chat.model_dir import ModelFiles, load_model_dir
 from realtime.chat.tools import ToolSpec
 from realtime.chat.tools.hermes import HermesToolParser
 from realtime.constrain import (
@@ -26,6 +25,7 @@ from realtime.constrain import (
 )
 from realtime.constrain.matcher import ConstraintCompiler
 from realtime.constrain.tokenizer import TokenizerBinding
+from realtime.model.model_dir import ModelFiles, load_model_dir
 from tests.constrain.decode import ModelSteps, load_model, sample_under
 
 SEEDS = range(6)

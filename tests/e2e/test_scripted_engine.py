@@ -16,10 +16,11 @@ import pytest
 from realtime.client import EngineError as ClientEngineError
 from realtime.client import RealtimeClient
 from realtime.config import ServerConfig
-from realtime.engine.base import EngineOutput, EngineRequest, FinishReason, StopConditions
+from realtime.engine.base import EngineOutput, EngineRequest, StopConditions
+from realtime.engine.errors import EngineFailure
 from realtime.engine.registry import create_engine, engine_names
 from realtime.engine.scripted import SCRIPTED_TEMPLATE, ScriptedEngine, ScriptError, load_script
-from realtime.protocol.errors import EngineError
+from realtime.model.generation import FinishReason
 from tests.conftest import async_wait_until
 
 pytestmark = pytest.mark.anyio
@@ -45,7 +46,7 @@ async def test_plain_replies_come_in_order_then_the_script_runs_out():
     assert await reply(engine, "user: a") == "first answer"
     assert engine.remaining == ["second answer"]
     assert await reply(engine, "user: a") == "second answer"
-    with pytest.raises(EngineError, match="the script ran out: no reply left after 2 given"):
+    with pytest.raises(EngineFailure, match="the script ran out: no reply left after 2 given"):
         await reply(engine, "user: one more")
     assert engine.replies_given == ["first answer", "second answer"]
     assert len(engine.prompts) == 3 and engine.stats.requests_finished == 2
@@ -66,7 +67,7 @@ async def test_match_entries_branch_on_the_newest_message_and_never_run_out():
     assert await reply(engine, "user: the weather?\ntool: sunny") == "it is sunny"
     assert await reply(engine, "user: the weather?") == "call the weather tool"
     assert await reply(engine, "user: something else") == "a plain fallback"
-    with pytest.raises(EngineError, match="no 'match' entry found in the prompt"):
+    with pytest.raises(EngineFailure, match="no 'match' entry found in the prompt"):
         await reply(engine, "user: something else")
 
 

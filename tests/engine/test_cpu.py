@@ -26,17 +26,12 @@ pytest_plugins = ["tests.model_fixtures"]
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from realtime.engine.base import (  # noqa: E402
-    EngineOutput,
-    EngineRequest,
-    FinishReason,
-    SamplingParams,
-    StopConditions,
-)
+from realtime.engine.base import EngineOutput, EngineRequest, SamplingParams, StopConditions  # noqa: E402
 from realtime.engine.cpu import CpuEngine  # noqa: E402
 from realtime.engine.cpu_backend import BackendOptions, CpuBackend, CpuStats  # noqa: E402
+from realtime.engine.errors import EngineRequestError, EngineUnavailable, RequestPart  # noqa: E402
 from realtime.engine.registry import create_engine  # noqa: E402
-from realtime.protocol.errors import EngineUnavailableError, InvalidRequestError  # noqa: E402
+from realtime.model.generation import FinishReason  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 
@@ -182,7 +177,7 @@ async def test_lifecycle_and_model_info(tiny_model_dir: Path) -> None:
     assert engine.info.name == "tiny"
     assert engine.info.context_length == engine.files.context_length
     assert not engine.ready and engine.unavailable_reason == "the model is not loaded yet"
-    with pytest.raises(EngineUnavailableError):
+    with pytest.raises(EngineUnavailable):
         await run(engine, [1, 2, 3])
     await engine.start()
     try:
@@ -227,15 +222,15 @@ async def test_requests_the_model_cannot_run_are_client_errors(tiny_model_dir: P
     async with running(tiny_model_dir) as engine:
         assert engine.backend is not None
         vocab = engine.backend.vocab_size
-        with pytest.raises(InvalidRequestError, match="prompt token ids"):
+        with pytest.raises(EngineRequestError, match="prompt token ids"):
             await run(engine, [1, vocab])
-        with pytest.raises(InvalidRequestError, match="logit_bias"):
+        with pytest.raises(EngineRequestError, match="logit_bias"):
             await run(engine, [1, 2], logit_bias={vocab + 5: 1.0})
-        with pytest.raises(InvalidRequestError, match="min_p"):
+        with pytest.raises(EngineRequestError, match="min_p"):
             await run(engine, [1, 2], min_p=2.0)  # nvext's min_p is not range-checked upstream
-        with pytest.raises(InvalidRequestError) as info:
+        with pytest.raises(EngineRequestError) as info:
             await run(engine, [1] * engine.info.context_length)
-        assert info.value.code == "context_length_exceeded"
+        assert info.value.exceeds_context and info.value.part is RequestPart.PROMPT
         assert engine.stats.forward_passes == 0
         assert len((await run(engine, [1, 2], max_tokens=2)).token_ids) == 2
 

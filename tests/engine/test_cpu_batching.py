@@ -22,14 +22,10 @@ pytest_plugins = ["tests.model_fixtures"]
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from realtime.engine.base import (  # noqa: E402
-    EngineRequest,
-    FinishReason,
-    SamplingParams,
-    StopConditions,
-)
+from realtime.engine.base import EngineRequest, SamplingParams, StopConditions  # noqa: E402
 from realtime.engine.cpu import CpuEngine  # noqa: E402
 from realtime.engine.cpu_runner import BatchRunner, SoloRunner, verify_batching  # noqa: E402
+from realtime.model.generation import FinishReason  # noqa: E402
 from tests.engine.step_gate import step_gate  # noqa: E402
 from tests.engine.test_cpu import (  # noqa: E402
     bare_greedy,

@@ -7,16 +7,10 @@ from contextlib import aclosing
 
 import pytest
 
-from realtime.engine.base import (
-    Engine,
-    EngineOutput,
-    EngineRequest,
-    FinishReason,
-    StopConditions,
-    TokenLogprob,
-)
+from realtime.engine.base import Engine, EngineOutput, EngineRequest, StopConditions
 from realtime.engine.echo import ECHO_TEMPLATE, EchoEngine, EchoTokenizer
-from realtime.protocol.errors import EngineError, EngineUnavailableError
+from realtime.engine.errors import EngineFailure, EngineUnavailable
+from realtime.model.generation import FinishReason, TokenLogprob
 
 TEXTS = [
     "",
@@ -303,7 +297,7 @@ async def test_concurrent_requests_are_counted_separately(engine: EchoEngine) ->
 @pytest.mark.anyio
 async def test_unavailable_raises(engine: EchoEngine) -> None:
     engine.unavailable = "model not loaded"
-    with pytest.raises(EngineUnavailableError) as info:
+    with pytest.raises(EngineUnavailable) as info:
         await collect(engine, EngineRequest("r", [1, 2]))
     assert info.value.message == "engine unavailable: model not loaded"
     assert engine.stats.requests_started == 0
@@ -315,10 +309,10 @@ async def test_unavailable_raises(engine: EchoEngine) -> None:
 async def test_fail_after_tokens_raises_mid_stream(engine: EchoEngine) -> None:
     engine.fail_after_tokens = 2
     seen: list[list[int]] = []
-    with pytest.raises(EngineError) as info:
+    with pytest.raises(EngineFailure) as info:
         async for out in engine.generate(EngineRequest("r", [1, 2, 3, 4])):
             seen.append(out.token_ids)
-    assert type(info.value) is EngineError
+    assert type(info.value) is EngineFailure
     assert info.value.message == "echo engine: injected failure"
     assert seen == [[1], [2]]
     assert engine.stats.tokens_generated == 2

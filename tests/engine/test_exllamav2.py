@@ -26,17 +26,16 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from realtime.chat.model_dir import ModelFiles, load_model_dir
 from realtime.config import ServerConfig
 from realtime.engine.auto import can_run_exllamav2, choose_engine, resolve_engine_name
 from realtime.engine.base import (
     BACKGROUND_PRIORITY,
     EngineOutput,
     EngineRequest,
-    FinishReason,
     SamplingParams,
     StopConditions,
 )
+from realtime.engine.errors import EngineRequestError, EngineUnavailable
 from realtime.engine.exllamav2 import (
     INSTALL_HINT,
     MIN_LOGPROB,
@@ -45,7 +44,8 @@ from realtime.engine.exllamav2 import (
     ExLlamaV2LoadError,
 )
 from realtime.engine.registry import create_engine
-from realtime.protocol.errors import EngineUnavailableError, InvalidRequestError
+from realtime.model.generation import FinishReason
+from realtime.model.model_dir import ModelFiles, load_model_dir
 from realtime.testing import fake_exllamav2 as fake
 from tests.conftest import RunningServer, start_server, wait_until
 
@@ -286,12 +286,12 @@ async def test_requests_exllamav2_cannot_run_are_rejected_alone_as_client_errors
     size = vocab_size(model_dir)
     bad_bias = request(sampling=SamplingParams(logit_bias={size + 5: 1.0}))
     async with running(ExLlamaV2Engine(model_dir, cache_size=512)) as engine:
-        with pytest.raises(InvalidRequestError, match="outside the model's vocabulary"):
+        with pytest.raises(EngineRequestError, match="outside the model's vocabulary"):
             await outputs(engine, request([1, 2, size]))
-        with pytest.raises(InvalidRequestError, match="logit_bias token id"):
+        with pytest.raises(EngineRequestError, match="logit_bias token id"):
             await outputs(engine, bad_bias)
         # Too big for a 512-token cache: exllamav2's own assert, turned into a rejection.
-        with pytest.raises(InvalidRequestError, match="Job requires 3 pages"):
+        with pytest.raises(EngineRequestError, match="Job requires 3 pages"):
             await outputs(engine, request([1] * 400, max_tokens=300))
         outs = await outputs(engine, request(max_tokens=3))
     assert len(ids_of(outs)) == 3
@@ -565,7 +565,7 @@ async def test_without_the_hash_hook_salted_requests_are_refused_not_shared(
     monkeypatch.setitem(sys.modules, "exllamav2.generator.dynamic", unknown)
     async with running(ExLlamaV2Engine(model_dir)) as engine:
         assert engine.salting is False
-        with pytest.raises(InvalidRequestError, match="cache_salt is not supported"):
+        with pytest.raises(EngineRequestError, match="cache_salt is not supported"):
             await outputs(engine, salted(PROMPT, "a"))
         unsalted = await outputs(engine, salted(PROMPT, None))
     assert len(ids_of(unsalted)) == 2
@@ -781,7 +781,7 @@ async def test_a_generator_exception_fails_the_active_requests_and_the_engine_re
     async with running(ExLlamaV2Engine(model_dir)) as engine:
         before = await outputs(engine, request(prompt, max_tokens=3))
         exl.fail_next = (stage, RuntimeError("CUDA error: an illegal memory access"))
-        with pytest.raises(EngineUnavailableError) as failure:
+        with pytest.raises(EngineUnavailable) as failure:
             await outputs(engine, request(diverging, max_tokens=3))
         after = await outputs(engine, request(prompt, max_tokens=3))
     assert "RuntimeError" in failure.value.message
@@ -804,7 +804,7 @@ async def test_every_request_active_in_the_failed_step_fails(exl, model_dir):
         exl.fail_next = ("gen", RuntimeError("device lost"))
         exl.open_gate()
         results = await asyncio.gather(one, two, return_exceptions=True)
-        assert all(isinstance(r, EngineUnavailableError) for r in results)
+        assert all(isinstance(r, EngineUnavailable) for r in results)
         assert len(ids_of(await outputs(engine, request(max_tokens=2)))) == 2
 
 
@@ -833,7 +833,7 @@ async def test_starting_without_cuda_fails_with_a_clear_message(monkeypatch, mod
     assert "CUDA" in message
     assert engine.unavailable_reason == message
     assert not engine.ready
-    with pytest.raises(EngineUnavailableError):
+    with pytest.raises(EngineUnavailable):
         await outputs(engine, request())
     await engine.close()
 

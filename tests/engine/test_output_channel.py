@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 
-from realtime.engine.base import EngineOutput, FinishReason, TokenLogprob
+from realtime.engine.base import EngineOutput
 from realtime.engine.output_channel import OutputChannel, merge_outputs
+from realtime.model.generation import FinishReason, TokenLogprob
 
 pytestmark = pytest.mark.anyio
 

@@ -9,9 +9,10 @@ from contextlib import aclosing
 
 import pytest
 
-from realtime.engine.base import EngineOutput, EngineRequest, FinishReason
+from realtime.engine.base import EngineOutput, EngineRequest
+from realtime.engine.errors import EngineRequestError, EngineUnavailable
 from realtime.engine.threaded import ThreadedEngineCore
-from realtime.protocol.errors import EngineUnavailableError, InvalidRequestError
+from realtime.model.generation import FinishReason
 
 pytestmark = pytest.mark.anyio
 
@@ -113,7 +114,7 @@ async def test_a_failing_step_fails_only_the_active_requests_and_the_engine_reco
     core = ThreadedEngineCore(lambda: backend, name="test-engine")
     await core.start()
     try:
-        with pytest.raises(EngineUnavailableError) as info:
+        with pytest.raises(EngineUnavailable) as info:
             await _collect(core, [1, 2, 3])
         assert "RuntimeError" in info.value.message and "device lost" not in info.value.message
         assert await _collect(core, [4, 5]) == [4, 5]
@@ -126,7 +127,7 @@ async def test_a_request_the_backend_rejects_fails_alone_as_a_client_error():
     core = ThreadedEngineCore(CountingBackend, name="test-engine")
     await core.start()
     try:
-        with pytest.raises(InvalidRequestError, match="empty prompt"):
+        with pytest.raises(EngineRequestError, match="empty prompt"):
             await _collect(core, [])
         assert await _collect(core, [9]) == [9]
     finally:
@@ -141,7 +142,7 @@ async def test_a_backend_that_cannot_load_fails_start():
     with pytest.raises(OSError, match="weights not found"):
         await core.start()
     assert not core.running
-    with pytest.raises(EngineUnavailableError):
+    with pytest.raises(EngineUnavailable):
         await _collect(core, [1])
 
 

@@ -18,10 +18,10 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from realtime.chat.template import ChatTemplate
 from realtime.config import ServerConfig
 from realtime.engine.base import BACKGROUND_PRIORITY, EngineOutput, EngineRequest
 from realtime.engine.echo import EchoEngine
+from realtime.model.template import ChatTemplate
 from realtime.pipeline import ChatPipeline
 from tests.conftest import RunningServer, scrape_metrics, start_server, wait_until
 from tests.ws.wsclient import chat, collect_until_terminal, recv_frame, text_of

@@ -38,12 +38,12 @@ from realtime.engine.base import (
     BACKGROUND_PRIORITY,
     Engine,
     EngineRequest,
-    FinishReason,
     SamplingParams,
     StopConditions,
     schedules_background,
 )
-from realtime.protocol.errors import RealtimeError
+from realtime.engine.errors import GenerationError
+from realtime.model.generation import FinishReason
 
 log = logging.getLogger("realtime.speculative")
 
@@ -216,7 +216,7 @@ class SpeculativePrefill:
                     if out.finish_reason is not None:
                         finish = out.finish_reason
                         break
-        except RealtimeError as exc:
+        except GenerationError as exc:
             log.info("speculative prefill %s failed: %s", request_id, exc)
             finish = FinishReason.ERROR
         if finish is FinishReason.CANCELLED:

@@ -1,6 +1,6 @@
 """ChatTemplate renders exactly as transformers' apply_chat_template, byte for byte.
 
-Every template of the corpus in tests/chat/templates/ (written for these tests in
+Every template of the corpus in tests/model/templates/ (written for these tests in
 the styles of the major model families) is rendered in every scenario below, with
 and without the generation prompt, by both, and the strings must be identical.
 When transformers raises, we must raise InvalidRequestError with the same message.
@@ -20,8 +20,8 @@ from typing import Any
 import jinja2
 import pytest
 
-from realtime.chat.model_dir import load_model_dir
-from realtime.chat.template import ChatTemplate
+from realtime.model.model_dir import load_model_dir
+from realtime.model.template import ChatTemplate
 from realtime.protocol.errors import InvalidRequestError
 from realtime.tiny_model import train_tokenizer
 

@@ -1,4 +1,4 @@
-"""Load what the chat layer needs from a Hugging Face model directory.
+"""Load what the server needs to know about a model from a Hugging Face model directory.
 
 A model directory spreads one model's chat behaviour over several files:
 tokenizer.json (the tokenizer), tokenizer_config.json (special tokens, the chat
@@ -22,9 +22,9 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from realtime.chat.hf_tokenizer import HFTokenizer
-from realtime.chat.template import ChatTemplate
-from realtime.engine.base import GenerationDefaults, ModelInfo
+from realtime.model.hf_tokenizer import HFTokenizer
+from realtime.model.info import GenerationDefaults, ModelInfo
+from realtime.model.template import ChatTemplate
 
 CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"
@@ -56,7 +56,7 @@ class ModelDirError(ValueError):
 
 @dataclass(frozen=True, eq=False)
 class ModelFiles:
-    """Everything the chat layer reads from a model directory."""
+    """Everything the server reads from a model directory (the weights are the engine's)."""
 
     path: Path
     name: str

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from realtime.chat.template import ChatTemplate, plain_data
+from realtime.model.template import ChatTemplate, plain_data
 from realtime.protocol.errors import InvalidRequestError
 
 CHATML = (

@@ -1,16 +1,18 @@
-"""The one request pipeline both transports call.
+"""The chat-completion pipeline both transports call.
 
     ChatCompletionRequest -> prepare() -> PreparedChat -> stream() -> chunk dicts
 
 `prepare` does everything that can fail before generation starts (model lookup,
-unsupported features, template rendering, tokenization, context check), so a
-transport can answer with a proper status code before it commits to a stream.
+unsupported features, template rendering, tokenization, then the shared path to
+an engine request in `engine_requests.py`: the token budget with the server's cap,
+stops, sampling), so a transport can answer with a proper status code before it
+commits to a stream, and never adjusts what `prepare` returns.
 `stream` drives the engine and turns its tokens into chunks; closing the
 returned iterator closes the engine's iterator, which is how cancellation and
 client disconnects reach the engine.
 
 A request with `nvext.agent_hints.speculative_prefill` also gets its next turn
-warmed after its answer (`realtime.speculative`); that is scheduled here, so both
+warmed after its answer (`speculative.py`); that is scheduled here, so both
 transports get it. `aclose()` cancels pending warm-ups; `end_session()` tells the
 engine a session's cache entries may go.
 """
@@ -34,25 +36,20 @@ from realtime.chat.tools.choice import ToolChoiceError
 from realtime.chat.tools.events import OutputEvent, fold_events
 from realtime.chat.tools.output import ChatOutputParser, build_output_parser
 from realtime.chat.tools.registry import resolve_tool_parser
-from realtime.engine.base import (
-    Engine,
-    EngineRequest,
-    FinishReason,
-    SessionAwareEngine,
-    StopConditions,
-)
-from realtime.generation import text_steps
+from realtime.engine.base import Engine, EngineRequest, SessionAwareEngine
+from realtime.model.generation import FinishReason
+from realtime.pipeline.budget import OutputAsk, PromptOverflow, TokenBudget
+from realtime.pipeline.engine_requests import EngineRequestBuilder
+from realtime.pipeline.generation import text_steps
+from realtime.pipeline.sampling import check_token_ids
+from realtime.pipeline.speculative import NextTurn, SpeculativePrefill
 from realtime.protocol.errors import (
     EngineError,
-    EngineUnavailableError,
     InvalidRequestError,
-    ModelNotFoundError,
     ToolChoiceNotSatisfiedError,
     UnsupportedFeatureError,
 )
 from realtime.protocol.request import ChatCompletionRequest
-from realtime.sampling_params import check_token_ids, sampling_params
-from realtime.speculative import NextTurn, SpeculativePrefill
 
 #: Template variables the request itself decides; kwargs may not override them.
 _RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "tools", "add_generation_prompt"})
@@ -80,19 +77,25 @@ class ChatPipeline:
         reasoning_parser: str | None = "auto",
         speculative_timeout: float = 30.0,
         max_speculative: int = 8,
+        max_tokens_cap: int | None = None,
     ):
         """`tool_parser`/`reasoning_parser`: a parser name, "auto" (chosen from the
         chat template when it clearly matches a family) or "none". Unknown names
         raise UnknownParserError listing the valid ones, at startup.
 
         `speculative_timeout`: seconds a next-turn warm-up may run (0 ignores the
-        hint); `max_speculative`: warm-ups pending at once (the oldest goes)."""
+        hint); `max_speculative`: warm-ups pending at once (the oldest goes).
+
+        `max_tokens_cap`: the server's cap on an answer's tokens (`--max-tokens-cap`),
+        shared with the text-completion pipeline built on this one."""
         self.engine = engine
         self.speculative = SpeculativePrefill(
             engine, timeout=speculative_timeout, max_pending=max_speculative
         )
         info = engine.info
         self.model_name = info.name
+        #: the path to engine requests, shared with `CompletionPipeline`
+        self.requests = EngineRequestBuilder(engine, info.name, TokenBudget(max_tokens_cap))
         self.tool_parser = resolve_tool_parser(tool_parser, info.chat_template.source)
         self.reasoning_parser = resolve_reasoning_parser(
             reasoning_parser, info.chat_template.source
@@ -115,50 +118,22 @@ class ChatPipeline:
         to: the engine's cache hint and, with `cache_salt`, its isolation key. It must
         come from the server (never from the client), so nobody can join another's.
         """
-        if request.model != self.model_name:
-            raise ModelNotFoundError(
-                f"The model `{request.model}` does not exist. Available: {self.model_name}",
-                param="model",
-            )
+        requests = self.requests
+        requests.check_model(request)
         _reject_unsupported(request)
-        if not self.engine.ready:
-            raise EngineUnavailableError(f"engine unavailable: {self.engine.unavailable_reason}")
-
-        info = self.engine.info
+        requests.check_ready()
         conversation = self._template_input(request)
         prompt_text, prompt_ids = self._render_prompt(request, conversation)
-        check_token_ids(request.stop_token_ids or [], info.vocab_size, "stop_token_ids")
-        room = info.context_length - len(prompt_ids)
-        if room <= 0:
-            raise InvalidRequestError(
-                f"the prompt is {len(prompt_ids)} tokens; the model's context is "
-                f"{info.context_length} tokens",
-                param="messages",
-                code="context_length_exceeded",
-            )
-        max_tokens = request.output_limit
-        if max_tokens is not None and max_tokens > room:
-            field = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
-            raise InvalidRequestError(
-                f"{field} is {max_tokens} but only {room} tokens fit after the "
-                f"{len(prompt_ids)}-token prompt (context {info.context_length})",
-                param=field,
-                code="context_length_exceeded",
-            )
-
         completion_id = new_completion_id()
-        engine_request = EngineRequest(
-            request_id=completion_id,
-            prompt_token_ids=prompt_ids,
-            sampling=sampling_params(request, info.generation_defaults, info.vocab_size),
-            stop=StopConditions(
-                max_tokens=max_tokens if max_tokens is not None else room,
-                stop_token_ids=list(request.stop_token_ids or ()),
-                ignore_eos=request.effective_ignore_eos,
-                min_tokens=request.min_tokens or 0,
-            ),
+        limit = request.output_limit
+        field = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
+        [engine_request] = requests.build(
+            request,
+            [prompt_ids],
+            [completion_id],
+            ask=OutputAsk(limit, explicit=limit is not None, field=field),
+            overflow=_overflow,
             logprobs=(request.top_logprobs or 0) if request.logprobs else None,
-            cache_salt=request.effective_cache_salt,
             session_id=session_id,
         )
         options = request.stream_options
@@ -362,6 +337,22 @@ def _reject_unsupported(request: ChatCompletionRequest) -> None:
                         f"this model accepts text only; {part.type!r} content is not supported",
                         param=f"messages.{index}.content",
                     )
+
+
+def _overflow(overflow: PromptOverflow) -> InvalidRequestError:
+    if overflow.room <= 0:
+        return InvalidRequestError(
+            f"the prompt is {overflow.prompt_tokens} tokens; the model's context is "
+            f"{overflow.context_length} tokens",
+            param="messages",
+            code="context_length_exceeded",
+        )
+    return InvalidRequestError(
+        f"{overflow.field} is {overflow.asked} but only {overflow.room} tokens fit after the "
+        f"{overflow.prompt_tokens}-token prompt (context {overflow.context_length})",
+        param=overflow.field,
+        code="context_length_exceeded",
+    )
 
 
 def _wants_warmup(request: ChatCompletionRequest) -> bool:

@@ -20,17 +20,17 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
+from realtime.asgi.responses import error_response
 from realtime.auth import (
     ApiKeys,
     OriginPolicy,
     bearer_token,
-    has_query_credentials,
     header,
     subprotocol_key,
 )
-from realtime.http.errors import error_response
 from realtime.observability.logs import event
 from realtime.observability.metrics import Metrics
+from realtime.protocol.credentials import has_query_credentials
 from realtime.protocol.errors import (
     AuthenticationError,
     CredentialsInQueryError,

@@ -1,6 +1,6 @@
 """The tokenizer contract the pipeline relies on.
 
-`realtime.chat.hf_tokenizer.HFTokenizer` adapts a Hugging Face `tokenizers`
+`realtime.model.hf_tokenizer.HFTokenizer` adapts a Hugging Face `tokenizers`
 tokenizer (the real-model path); the echo model has its own
 (`realtime.engine.echo.EchoTokenizer`).
 

@@ -19,7 +19,7 @@ from tokenizers.decoders import DecodeStream
 
 
 class HFDecodeStream:
-    """One request's incremental decoder (see `realtime.chat.tokenizer.DecodeStream`)."""
+    """One request's incremental decoder (see `realtime.model.tokenizer.DecodeStream`)."""
 
     def __init__(self, tokenizer: Tokenizer, *, skip_special_tokens: bool):
         self._tokenizer = tokenizer

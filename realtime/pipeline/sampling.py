@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from realtime.engine.base import GenerationDefaults, SamplingParams
+from realtime.engine.base import SamplingParams
+from realtime.model.info import GenerationDefaults
 from realtime.protocol.errors import InvalidRequestError
 from realtime.protocol.request import GenerationRequest
 

@@ -1,10 +1,11 @@
 """The /v1/completions pipeline: prompts in, `text_completion` chunks out.
 
-It shares everything below the response shape with chat: the engine, the
-visible-text loop (`realtime.generation`), sampling parameters and the model's
-defaults, the id checks and the errors. Each prompt becomes one choice; several
-prompts are generated concurrently and their chunks interleave, each tagged
-with its choice index, as OpenAI does.
+It shares everything below the response shape with chat: the engine, the path
+to engine requests (`engine_requests.py`: model check, token budget with the
+server's cap, stops, sampling and the model's defaults, the id checks), the
+visible-text loop (`generation.py`) and the errors. Each prompt becomes one
+choice; several prompts are generated concurrently and their chunks interleave,
+each tagged with its choice index, as OpenAI does.
 """
 
 from __future__ import annotations
@@ -21,18 +22,13 @@ from realtime.chat.completion_chunks import (
     new_text_completion_id,
 )
 from realtime.chat.stops import StopMatcher
-from realtime.engine.base import EngineRequest, StopConditions
-from realtime.generation import text_steps
-from realtime.pipeline import ChatPipeline
+from realtime.engine.base import EngineRequest
+from realtime.pipeline.budget import OutputAsk, PromptOverflow
+from realtime.pipeline.chat import ChatPipeline
+from realtime.pipeline.generation import text_steps
+from realtime.pipeline.sampling import check_token_ids
 from realtime.protocol.completions import CompletionRequest
-from realtime.protocol.errors import (
-    EngineError,
-    EngineUnavailableError,
-    InvalidRequestError,
-    ModelNotFoundError,
-    UnsupportedFeatureError,
-)
-from realtime.sampling_params import check_token_ids, sampling_params
+from realtime.protocol.errors import EngineError, InvalidRequestError, UnsupportedFeatureError
 
 
 @dataclass(slots=True)
@@ -50,12 +46,10 @@ class CompletionPipeline:
         self.chat = chat
 
     def prepare(self, request: CompletionRequest, *, stream: bool = True) -> PreparedCompletion:
+        """Validate against the model and build one engine request per prompt."""
         chat = self.chat
-        if request.model != chat.model_name:
-            raise ModelNotFoundError(
-                f"The model `{request.model}` does not exist. Available: {chat.model_name}",
-                param="model",
-            )
+        requests = chat.requests
+        requests.check_model(request)
         for name, value in (("n", request.n), ("best_of", request.best_of)):
             if value is not None and value > 1:
                 raise UnsupportedFeatureError(
@@ -68,46 +62,34 @@ class CompletionPipeline:
                 "echo with logprobs needs the prompt's logprobs, which the engines do not report",
                 param="echo",
             )
-        engine = chat.engine
-        if not engine.ready:
-            raise EngineUnavailableError(f"engine unavailable: {engine.unavailable_reason}")
-        info = engine.info
-        check_token_ids(request.stop_token_ids or [], info.vocab_size, "stop_token_ids")
-        sampling = sampling_params(request, info.generation_defaults, info.vocab_size)
+        info = requests.check_ready()
         completion_id = new_text_completion_id()
-        engine_requests, texts, counts = [], [], []
+        prompts: list[list[int]] = []
+        texts: list[str] = []
+        request_ids: list[str] = []
+        counts: list[int] = []
         for index, prompt in enumerate(request.prompts):
             if isinstance(prompt, str):
                 ids, text = info.tokenizer.encode(prompt), prompt
             else:
                 check_token_ids(prompt, info.vocab_size, "prompt")
                 ids, text = list(prompt), info.tokenizer.decode(prompt)
-            room = info.context_length - len(ids)
-            max_tokens = request.max_tokens if request.max_tokens is not None else room
-            if room <= 0 or max_tokens > room:
-                raise InvalidRequestError(
-                    f"prompt {index} is {len(ids)} tokens and asks for {max_tokens} more; the"
-                    f" model's context is {info.context_length} tokens",
-                    param="max_tokens" if room > 0 else "prompt",
-                    code="context_length_exceeded",
-                )
-            engine_requests.append(
-                EngineRequest(
-                    request_id=f"{completion_id}-{index}",
-                    prompt_token_ids=ids,
-                    sampling=sampling,
-                    stop=StopConditions(
-                        max_tokens=max_tokens,
-                        stop_token_ids=list(request.stop_token_ids or ()),
-                        ignore_eos=request.effective_ignore_eos,
-                        min_tokens=request.min_tokens or 0,
-                    ),
-                    logprobs=request.logprobs,
-                    cache_salt=request.effective_cache_salt,
-                )
-            )
+            prompts.append(ids)
             texts.append(text)
+            request_ids.append(f"{completion_id}-{index}")
             counts.append(len(ids))
+        engine_requests = requests.build(
+            request,
+            prompts,
+            request_ids,
+            ask=OutputAsk(
+                request.max_tokens,
+                explicit="max_tokens" in request.model_fields_set,
+                field="max_tokens",
+            ),
+            overflow=_overflow,
+            logprobs=request.logprobs,
+        )
         chunks = CompletionChunks(
             model=chat.model_name,
             prompt_tokens=counts,
@@ -190,3 +172,12 @@ class CompletionPipeline:
             async for chunk in chunks:
                 collected.append(chunk)
         return fold_completion_chunks(collected)
+
+
+def _overflow(overflow: PromptOverflow) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"prompt {overflow.index} is {overflow.prompt_tokens} tokens and asks for "
+        f"{overflow.asked} more; the model's context is {overflow.context_length} tokens",
+        param="max_tokens" if overflow.room > 0 else "prompt",
+        code="context_length_exceeded",
+    )

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from realtime.chat.model_dir import GenerationDefaults, ModelDirError, ModelFiles, load_model_dir
-from realtime.engine.base import EngineOutput, EngineRequest, FinishReason, ModelInfo
+from realtime.engine.base import EngineOutput, EngineRequest
+from realtime.model.generation import FinishReason
+from realtime.model.info import GenerationDefaults, ModelInfo
+from realtime.model.model_dir import ModelDirError, ModelFiles, load_model_dir
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.request import parse_chat_request
 from realtime.tiny_model import train_tokenizer
