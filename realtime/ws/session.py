@@ -60,6 +60,7 @@ from realtime.config import ServerConfig
 from realtime.limits import apply_max_tokens_cap
 from realtime.observability.logs import event
 from realtime.observability.metrics import Metrics, RequestTimer
+from realtime.offload import prepare_chat
 from realtime.pipeline import ChatPipeline, PreparedChat
 from realtime.protocol.close_codes import CloseCode, truncate_reason
 from realtime.protocol.errors import (
@@ -120,6 +121,8 @@ class _Queued:
     #: Set for a request that failed validation: answered in its turn, not run.
     rejection: RealtimeError | None = None
     received_at: float = field(default_factory=time.perf_counter)
+    #: Characters of the frame it came in: large ones are prepared off the event loop.
+    size: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -533,7 +536,7 @@ class RealtimeSession:
                 elif rejected.is_request:
                     frames_in.labels("request").inc()
                     self._setup_event(SetupEvent.REQUEST)
-                    await self._accept(rejected.request_id, None, rejected.error)
+                    await self._accept(rejected.request_id, None, rejected.error, len(text))
                 else:
                     frames_in.labels("rejected").inc()
                     # Not a request, so it ends none: request_id stays null.
@@ -542,7 +545,7 @@ class RealtimeSession:
             if isinstance(frame, RequestFrame):
                 frames_in.labels("request").inc()
                 self._setup_event(SetupEvent.REQUEST)
-                await self._accept(frame.request_id, frame.request, None)
+                await self._accept(frame.request_id, frame.request, None, len(text))
             elif isinstance(frame, SessionSetupFrame):
                 frames_in.labels("session_setup").inc()
                 await self._setup(frame)
@@ -589,6 +592,7 @@ class RealtimeSession:
         request_id: str | None,
         request: ChatCompletionRequest | None,
         rejection: RealtimeError | None,
+        size: int = 0,
     ) -> None:
         received_at = time.perf_counter()
         ordered = request_id is None
@@ -613,7 +617,9 @@ class RealtimeSession:
             return
         self._known.add(request_id)
         self._request_event(request_id, RequestEvent.ACCEPT)
-        await self._requests.put(_Queued(request_id, ordered, request, rejection, received_at))
+        await self._requests.put(
+            _Queued(request_id, ordered, request, rejection, received_at, size)
+        )
         self.max_queue_depth = max(self.max_queue_depth, self._requests.qsize())
 
     def _refusal(self) -> RealtimeError | None:
@@ -692,8 +698,12 @@ class RealtimeSession:
             assert item.request is not None
             self._request_event(request_id, RequestEvent.START)
             streaming = item.request.stream is not False
-            prepared = self.pipeline.prepare(
-                item.request, stream=streaming, session_id=self.session_id
+            prepared = await prepare_chat(
+                self.pipeline,
+                item.request,
+                stream=streaming,
+                session_id=self.session_id,
+                size=item.size,
             )
             apply_max_tokens_cap(prepared, self.config.max_tokens_cap)
             if streaming:
