@@ -46,6 +46,7 @@ defaults; without one the socket behaves as if sessions did not exist.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import time
@@ -201,6 +202,8 @@ class RealtimeSession:
         self._known: set[str] = set()  # ids queued or running
         self._states: dict[str, str] = {}  # request id -> RequestState
         self._running: dict[str, asyncio.Task[None]] = {}
+        #: Ids whose task exists but has not taken its first step (see `_dispatch_loop`).
+        self._not_started: set[str] = set()
         self._cancel_queued: set[str] = set()
         self._cancel_running: set[str] = set()
         self._auto_ids = itertools.count(1)
@@ -637,7 +640,11 @@ class RealtimeSession:
 
     def _cancel(self, request_id: str) -> None:
         task = self._running.get(request_id)
-        if task is not None:
+        if task is not None and request_id in self._not_started:
+            # Cancelling it now would skip its body, terminal frame included: it sees
+            # the cancel when its turn comes, as a queued request does.
+            self._cancel_queued.add(request_id)
+        elif task is not None:
             self._cancel_running.add(request_id)
             task.cancel()
         elif request_id in self._known:
@@ -661,9 +668,33 @@ class RealtimeSession:
             task = asyncio.create_task(
                 self._run_request(item, predecessor), name=f"realtime-{item.request_id}"
             )
+            # A task cancelled before its first step never runs its body or its `finally`
+            # (no terminal frame, slot never released): `_unstarted_task_done` covers it.
+            self._not_started.add(item.request_id)
+            task.add_done_callback(functools.partial(self._unstarted_task_done, item))
             self._running[item.request_id] = task
             if item.ordered:
                 self._last_ordered = task
+
+    def _unstarted_task_done(self, item: _Queued, task: asyncio.Task[None]) -> None:
+        """A request task ended; if it never started (cancelled first), do what its body
+        would have done on that cancel: record it, offer its terminal frame, free its slot."""
+        request_id = item.request_id
+        if request_id not in self._not_started:
+            return  # it ran: its own `finally` did all this
+        self._not_started.discard(request_id)
+        self._running.pop(request_id, None)
+        self._slots.release()
+        gone = self._tearing_down and self._teardown_cause == "disconnect"
+        self._request_event(request_id, RequestEvent.PEER_GONE if gone else RequestEvent.CANCEL)
+        client = request_id in self._cancel_running or request_id in self._cancel_queued
+        self._record(item, "cancelled", cause="client" if client else self._teardown_cause)
+        frame = done_frame(request_id, None, "cancelled", None, None)
+        if not gone and client and not self._tearing_down:
+            self._spawn(self._send(frame, "done"))  # the socket carries on
+        elif not gone:
+            self._offer(frame, "done")  # the session is closing: hold it for the flush
+        self._forget(request_id)
 
     def _forget(self, request_id: str) -> None:
         self._known.discard(request_id)
@@ -675,6 +706,7 @@ class RealtimeSession:
 
     async def _run_request(self, item: _Queued, predecessor: asyncio.Task[None] | None) -> None:
         request_id = item.request_id
+        self._not_started.discard(request_id)  # from here on, `finally` does the bookkeeping
         prepared: PreparedChat | None = None
         timer: RequestTimer | None = None
         #: Set once the request is answered and its terminal frame is being queued.
