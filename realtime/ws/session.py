@@ -14,9 +14,12 @@ memory for a bounded time.
 
 In flight: a request is in flight from the moment the reader accepts it until
 its terminal frame is queued (queued + waiting for a slot + running). The
-request queue's backpressure bounds that at queue size + concurrency + 2; the
-`max_in_flight_per_socket` limit refuses a request beyond it with an `error`
-frame instead, and only takes effect when it is set below that bound.
+request queue's backpressure bounds that at queue size + read-ahead +
+concurrency + 1 (`realtime.ws.request_queue`: the reader goes on reading past a
+full queue, for a bounded number of request frames, so control frames behind
+them still act at once); the `max_in_flight_per_socket` limit refuses a request
+beyond it with an `error` frame instead, and only takes effect when it is set
+below that bound.
 
 Ordering: a request without `request_id` gets a server id and runs after every
 earlier request without one finished, so a client that does not demultiplex
@@ -104,6 +107,7 @@ from realtime.protocol.states import (
     SocketState,
 )
 from realtime.ws.outbox import Outbox
+from realtime.ws.request_queue import RequestQueue
 from realtime.ws.transport import WRITABLE_EXTENSION
 
 log = logging.getLogger("realtime.ws")
@@ -181,13 +185,15 @@ class RealtimeSession:
         #: From `session.setup`: the fields (model included) every request inherits.
         self._defaults: dict[str, Any] | None = None
         self.finished = asyncio.Event()
-        #: Highest request-queue depth seen; bounded by `request_queue_size` by construction.
+        #: Highest request-queue depth seen; bounded by queue size + read-ahead by construction.
         self.max_queue_depth = 0
         self.state = SocketState.OPEN.value
         #: The close code the socket ended with (the client's, when it closed first).
         self.close_code: int | None = None
         self.requests_answered = 0
-        self._requests: asyncio.Queue[_Queued] = asyncio.Queue(config.request_queue_size)
+        self._requests: RequestQueue[_Queued] = RequestQueue(
+            config.request_queue_size, config.read_ahead_requests
+        )
         self._sent = {**self.metrics.sent, "ready": self.metrics.frames_out.labels("ready")}
         writable = websocket.scope.get("extensions", {}).get(WRITABLE_EXTENSION)
         self._outbox = Outbox(
@@ -228,7 +234,7 @@ class RealtimeSession:
 
     @property
     def queue_depth(self) -> int:
-        return self._requests.qsize()
+        return len(self._requests)
 
     @property
     def outbound_frames(self) -> int:
@@ -393,7 +399,7 @@ class RealtimeSession:
         """Let queued and running requests finish, unless the drain is cut short."""
 
         async def finish_work() -> None:
-            await self._requests.put(_STOP)
+            self._requests.put(_STOP)
             await dispatcher
             while self._running:
                 await asyncio.gather(*self._running.values(), return_exceptions=True)
@@ -417,8 +423,7 @@ class RealtimeSession:
         # Accepted but never started: the one the dispatcher held, then the queue.
         unstarted = [self._holding] if self._holding is not None else []
         self._holding = None
-        while not self._requests.empty():
-            unstarted.append(self._requests.get_nowait())
+        unstarted += self._requests.take_all()
         for item in unstarted:
             if item is _STOP:
                 continue
@@ -514,7 +519,10 @@ class RealtimeSession:
     async def _read_loop(self) -> None:
         frames_in = self.metrics.frames_in
         loop = asyncio.get_running_loop()
+        requests = self._requests
         while True:
+            if requests.full:  # queue and read-ahead full: backpressure (TCP) from here
+                await requests.wait_for_room()
             message = await self.ws.receive()
             self._last_activity = loop.time()
             if message["type"] == "websocket.disconnect":
@@ -554,7 +562,9 @@ class RealtimeSession:
                 await self._setup(frame)
             elif isinstance(frame, CancelFrame):
                 frames_in.labels("cancel").inc()
-                self._cancel(frame.request_id)
+                answer = self._cancel(frame.request_id)
+                if answer is not None:
+                    await self._send(answer, "done")
             elif isinstance(frame, CloseSessionFrame):
                 frames_in.labels("session_close").inc()
                 self.end(_SESSION_CLOSED)
@@ -620,10 +630,8 @@ class RealtimeSession:
             return
         self._known.add(request_id)
         self._request_event(request_id, RequestEvent.ACCEPT)
-        await self._requests.put(
-            _Queued(request_id, ordered, request, rejection, received_at, size)
-        )
-        self.max_queue_depth = max(self.max_queue_depth, self._requests.qsize())
+        self._requests.put(_Queued(request_id, ordered, request, rejection, received_at, size))
+        self.max_queue_depth = max(self.max_queue_depth, len(self._requests))
 
     def _refusal(self) -> RealtimeError | None:
         if self.state == SocketState.SHUTTING_DOWN.value:
@@ -638,7 +646,8 @@ class RealtimeSession:
             )
         return None
 
-    def _cancel(self, request_id: str) -> None:
+    def _cancel(self, request_id: str) -> dict[str, Any] | None:
+        """Act on a `response.cancel`; returns the terminal frame to send now, if any."""
         task = self._running.get(request_id)
         if task is not None and request_id in self._not_started:
             # Cancelling it now would skip its body, terminal frame included: it sees
@@ -648,9 +657,31 @@ class RealtimeSession:
             self._cancel_running.add(request_id)
             task.cancel()
         elif request_id in self._known:
-            self._cancel_queued.add(request_id)
+            waiting = self._withdraw(request_id)
+            if waiting is None:
+                self._cancel_queued.add(request_id)  # ordered: it is answered in its turn
+                return None
+            # Not started and not bound to an order: answered now, which makes room.
+            self._request_event(request_id, RequestEvent.CANCEL)
+            self._record(waiting, "cancelled", cause="client")
+            self._forget(request_id)
+            return done_frame(request_id, None, "cancelled", None, None)
         else:
             log.debug("cancel for unknown or finished request %s ignored", request_id)
+        return None
+
+    def _withdraw(self, request_id: str) -> _Queued | None:
+        """Take a request with an id out of the queue (or the dispatcher's hand) if it waits
+        there; None when it is not waiting or runs in order (no id)."""
+        holding = self._holding
+        if holding is not None and holding.request_id == request_id:
+            if holding.ordered:
+                return None
+            self._holding = None  # the dispatcher sees this when it gets its slot
+            return holding
+        return self._requests.take(
+            lambda item: item is not _STOP and item.request_id == request_id and not item.ordered
+        )
 
     # --- dispatching ---
 
@@ -662,6 +693,9 @@ class RealtimeSession:
                 return
             self._holding = item
             await self._slots.acquire()
+            if self._holding is not item:  # withdrawn by a cancel while it waited
+                self._slots.release()
+                continue
             self._holding = None
             self._request_event(item.request_id, RequestEvent.DISPATCH)
             predecessor = self._last_ordered if item.ordered else None
