@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from bench.scenarios import cancel, concurrency, decode, fairness, idle, latency, throughput
+from bench.scenarios import (
+    cancel,
+    concurrency,
+    decode,
+    fairness,
+    idle,
+    latency,
+    soak,
+    throughput,
+)
 
 #: In the order they run and appear in the report.
 MODULES: tuple[ModuleType, ...] = (
@@ -15,6 +24,7 @@ MODULES: tuple[ModuleType, ...] = (
     fairness,
     cancel,
     decode,
+    soak,
 )
 
 

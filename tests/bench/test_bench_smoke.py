@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-SCENARIOS = ("throughput", "latency", "concurrency", "idle", "fairness", "cancel", "decode")
+SCENARIOS = (
+    "throughput", "latency", "concurrency", "idle", "fairness", "cancel", "decode", "soak"
+)
 STATUSES = {"pass", "miss", "n/a"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -33,7 +35,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=110,
+        timeout=200,
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
     return out
