@@ -32,6 +32,7 @@ from realtime.engine.base import (
     ModelInfo,
     TokenLogprob,
 )
+from realtime.engine.recent import RecentDict
 from realtime.protocol.errors import EngineError, EngineUnavailableError
 
 ECHO_TEMPLATE = (
@@ -106,8 +107,9 @@ class EchoStats:
     requests_cancelled: int = 0
     tokens_generated: int = 0
     active: int = 0
-    #: tokens generated per request id, for per-request assertions
-    tokens_by_request: dict[str, int] = field(default_factory=dict)
+    #: tokens generated per request id, for per-request assertions (the most recent
+    #: requests only: an entry per request kept forever is a leak)
+    tokens_by_request: RecentDict[str, int] = field(default_factory=RecentDict)
 
 
 class EchoEngine:

@@ -174,3 +174,26 @@ async def test_stress_request_then_cancel_within_2_ms_on_many_sockets(server_fac
         assert set(terminals.values()) == {1}, terminals
     await async_wait_until(lambda: not server.sessions())
     assert server.engine.stats.active == 0
+
+
+async def test_a_session_keeps_no_per_request_state_once_its_requests_ended(server_factory):
+    """Every per-request map of the session is back to empty: nothing grows with requests."""
+    server = server_factory(ServerConfig(echo_delay=0.001, log_level="warning"))
+    sessions: list[Any] = []
+    hooks = hook_sessions(server, lambda session, rid: None)
+    add = server.app.state.hub.add
+
+    def capture(session: Any) -> None:
+        sessions.append(session)
+        add(session)
+
+    server.app.state.hub.add = capture
+    terminals, code = await _send_and_cancel(server.ws_url, random.Random(5))
+    assert code == 1000 and set(terminals.values()) == {1}
+    (session,) = sessions
+    assert hooks and session.finished.is_set()
+    for name in ("_known", "_states", "_running", "_not_started", "_cancel_queued",
+                 "_cancel_running", "_side_tasks"):
+        assert not getattr(session, name), name
+    assert len(session._requests) == 0 and len(session._outbox) == 0
+    assert not server.app.state.hub._sessions

@@ -14,6 +14,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.frames import Frame, Opcode
 
 from realtime.config import ServerConfig
+from realtime.observability.metrics import close_code_label
 from tests.conftest import async_wait_until, scrape_metrics
 from tests.ws.wsclient import chat, collect_until_terminal, text_of
 
@@ -112,3 +113,21 @@ async def test_an_oversize_message_while_other_requests_stream_on_other_sockets(
         await asyncio.gather(sender, return_exceptions=True)
     assert text_of(answer) == text
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+
+def test_close_code_labels_are_a_fixed_set():
+    assert [close_code_label(c) for c in (1000, 1006, 1015)] == ["1000", "1006", "1015"]
+    assert [close_code_label(c) for c in (3000, 3999, 4000, 4999)] == [
+        "3xxx", "3xxx", "4xxx", "4xxx"
+    ]
+    assert [close_code_label(c) for c in (0, 1016, 2999, 5000, 65535)] == ["other"] * 5
+
+
+async def test_clients_closing_with_many_private_codes_add_one_label_not_one_each(server):
+    for code in range(4000, 4040):
+        async with connect(server.ws_url) as ws:
+            await ws.close(code)
+    await async_wait_until(
+        lambda: _closes(server.http_url).get('realtime_ws_closes_total{code="4xxx"}') == 40
+    )
+    assert list(_closes(server.http_url)) == ['realtime_ws_closes_total{code="4xxx"}']
