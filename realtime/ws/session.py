@@ -361,7 +361,7 @@ class RealtimeSession:
             self._outbox.close()
             await self._close_socket(ending)
         finally:
-            self._outbox.close()
+            self._outbox.release()  # also breaks the session <-> outbox reference cycle
             for task in (reader, dispatcher, watchdog, *self._side_tasks):
                 task.cancel()
             for task in list(self._running.values()):

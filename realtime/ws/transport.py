@@ -36,6 +36,7 @@ blocking the request inside a send while the client is behind.
 
 from __future__ import annotations
 
+from asyncio import BaseTransport
 from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
@@ -63,6 +64,16 @@ class RealtimeWebSocketProtocol(WebSocketsSansIOProtocol):
         # uvicorn builds websockets' ServerProtocol with the configured size limit and
         # extensions; the subclass only changes what happens after a 1009.
         self.conn.__class__ = RealtimeServerProtocol
+
+    def connection_made(self, transport: BaseTransport) -> None:
+        # Called by uvicorn's HTTP protocol as it hands the connection over (the
+        # transport still names that protocol). It never sees `connection_lost` after
+        # an upgrade, which is where it drops its parser, and the two reference each
+        # other: every socket's HTTP half would wait for a full garbage collection.
+        upgraded_from = transport.get_protocol()
+        if upgraded_from is not self and hasattr(upgraded_from, "parser"):
+            upgraded_from.parser = None
+        super().connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
