@@ -85,8 +85,10 @@ class RealtimeWebSocketProtocol(WebSocketsSansIOProtocol):
         """uvicorn's, with invalid UTF-8 answered by Close 1007 instead of a logged traceback."""
         data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
         self.frames = []
-        if self.close_sent:
-            return  # past the app's close: discarded until the client's Close reply
+        if self.close_sent or self.conn.close_sent is not None:
+            # Past a Close (the app's, or the layer's for a later frame of the same
+            # read, such as a 1009): discarded until the client's Close reply.
+            return
         if self.curr_msg_data_type == "text":
             try:
                 text = data.decode()

@@ -131,3 +131,17 @@ async def test_clients_closing_with_many_private_codes_add_one_label_not_one_eac
         lambda: _closes(server.http_url).get('realtime_ws_closes_total{code="4xxx"}') == 40
     )
     assert list(_closes(server.http_url)) == ['realtime_ws_closes_total{code="4xxx"}']
+
+
+async def test_invalid_utf8_then_an_oversize_frame_in_one_read_closes_1009_cleanly(
+    server_factory,
+):
+    """Both faults arrive together: the layer's 1009 comes first; the bad text is dropped."""
+    server = server_factory(ServerConfig(max_frame_bytes=1024, log_level="warning"))
+    async with connect(server.ws_url, max_size=None) as ws:
+        ws.protocol.send_frame(Frame(Opcode.TEXT, b"\xff\xfe not utf-8"))
+        ws.protocol.send_frame(Frame(Opcode.TEXT, b"x" * 4096))
+        ws.send_data()  # one write: the server reads both frames at once
+        with pytest.raises(ConnectionClosed) as closed:
+            await ws.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
