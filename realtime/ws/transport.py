@@ -128,6 +128,11 @@ class RealtimeWebSocketProtocol(WebSocketsSansIOProtocol):
         # Read first by the app if nothing was queued before; uvicorn's own (1005) follows.
         self.queue.put_nowait({"type": "websocket.disconnect", "code": code})
         super().connection_lost(exc)
+        # websockets' parser is a generator suspended in a method of the protocol object
+        # it belongs to: a reference cycle that outlives the connection until a garbage
+        # collection (rare in `realtime serve`), with the handshake and the buffers.
+        # Nothing reads from this connection any more: close the generator.
+        self.conn.parser.close()
 
     def handle_connect(self, event: Request) -> None:
         super().handle_connect(event)
