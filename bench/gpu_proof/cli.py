@@ -164,6 +164,15 @@ def _import(run: Run) -> None:
     run.doc["machine"]["flash_attn_paged"] = bool(attn.has_flash_attn_with_paged)
 
 
+def _sdpa_probe(run: Run) -> None:
+    """On a GPU without flash-attn: which attention backend pays per new sequence length."""
+    if run.args.dry_run or run.doc["machine"].get("flash_attn_paged"):
+        return
+    from bench.gpu_proof.sdpa_probe import probe
+
+    run.doc["sdpa_probe"] = probe()
+
+
 def _prompt_ids(run: Run) -> list[int]:
     from realtime.model.model_dir import load_model_dir
 
@@ -179,14 +188,26 @@ def _bare(run: Run) -> None:
     try:
         run.doc["machine"]["paged"] = bare.paged
         prompt = _prompt_ids(run)
-        bare.warm_up(prompt)
+        first = bare.warm_up(prompt, sizes.decode_tokens)
         decode = bare.decode(prompt, sizes.decode_tokens)
-        run.doc["decode"] = {"bare_generator": dataclasses.asdict(decode), "server": {}}
+        run.doc["decode"] = {
+            "bare_generator": dataclasses.asdict(decode),
+            "bare_generator_first_pass": dataclasses.asdict(first),
+            "server": {},
+        }
         rows = []
         for streams in sizes.levels:
             agg = bare.aggregate(prompt, streams, sizes.aggregate_tokens)
             rows.append({"streams": streams, "bare_tokens_per_s": agg.tokens_per_s})
         run.doc["concurrency"] = rows
+        if not run.args.dry_run and not bare.paged:
+            # The server turns torch's cuDNN attention off without flash-attn (see
+            # realtime/engine/exllamav2.py): the bare loop once more the same way.
+            import torch
+
+            torch.backends.cuda.enable_cudnn_sdp(False)
+            same = bare.decode(prompt, sizes.decode_tokens)
+            run.doc["decode"]["bare_generator_cudnn_off"] = dataclasses.asdict(same)
     finally:
         bare.close()
 
@@ -221,8 +242,9 @@ async def _drive(run: Run, base: str) -> None:
     sizes = run.sizes
     client = served.ServedClient(base, MODEL_NAME)
     try:
-        decode = await served.decode_rates(client, sizes.decode_tokens)
-        run.doc.setdefault("decode", {"bare_generator": None, "server": {}})["server"] = decode
+        first, decode = await served.decode_rates(client, sizes.decode_tokens)
+        doc = run.doc.setdefault("decode", {"bare_generator": None, "server": {}})
+        doc["server"], doc["server_first_pass"] = decode, first
         plain = await served.turns(client, sizes.system_words)
         warmed = await served.turns(client, sizes.system_words, speculative=True)
         run.doc["ttft"] = {
@@ -281,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         ("environment", lambda: _environment(run)),
         ("model", lambda: _model(run)),
         ("import", lambda: _import(run)),
+        ("sdpa_probe", lambda: _sdpa_probe(run)),
         ("bare", lambda: _bare(run)),
         ("server", lambda: _server(run)),
         ("cancel", lambda: _cancel(run)),

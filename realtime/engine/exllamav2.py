@@ -237,6 +237,8 @@ class ExLlamaV2Engine:
             paged = opts.paged
             if paged is None:
                 paged = bool(exl_attn.has_flash_attn_with_paged) and not config.no_flash_attn
+            if not getattr(exl_attn, "has_flash_attn", False) or config.no_flash_attn:
+                _attention_without_per_length_setup(torch)
             batch = opts.max_batch_size
             if not paged:
                 if batch is not None and batch > 1:
@@ -302,6 +304,22 @@ def _can_salt(job_class: Any, generator: Any) -> bool:
     return all(callable(getattr(job_class, name, None)) for name in _SALT_JOB_METHODS) and (
         isinstance(getattr(generator, "all_pages", None), list)
     )
+
+
+def _attention_without_per_length_setup(torch: Any) -> None:
+    """Keep torch's SDPA off its cuDNN backend (exllamav2's attention without flash-attn).
+
+    Without flash-attn, exllamav2 attends through `scaled_dot_product_attention` with a
+    dense mask, for which torch picks cuDNN on Hopper; cuDNN builds a graph for every new
+    key length (46.6 ms each on an H100, against 0.12 ms for the memory-efficient kernel),
+    and a decode step has a new key length until a process has seen them all: a fresh
+    server decoded 16 tokens/s instead of 175 (docs/benchmarks/gpu-proof-h100.md).
+    """
+    backends = getattr(getattr(torch, "backends", None), "cuda", None)
+    disable = getattr(backends, "enable_cudnn_sdp", None)
+    if callable(disable):
+        disable(False)
+        log.info("exllamav2 without flash-attn: torch's cuDNN attention is off (per-length setup)")
 
 
 def _import_torch_with_cuda() -> Any:

@@ -1382,6 +1382,7 @@ def install(
     generator.dynamic = dynamic  # type: ignore[attr-defined]
     attn = types.ModuleType("exllamav2.attn")
     attn.has_flash_attn_with_paged = paged_attention  # type: ignore[attr-defined]
+    attn.has_flash_attn = paged_attention  # type: ignore[attr-defined]
     attn.assert_paged_attn = assert_paged_attn  # type: ignore[attr-defined]
     package.generator = generator  # type: ignore[attr-defined]
     package.attn = attn  # type: ignore[attr-defined]
