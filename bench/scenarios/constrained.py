@@ -222,7 +222,8 @@ def _model_dir(ctx: RunContext, params: Params) -> Path:
 
 def _specs(loop: Loop) -> dict[str, Any]:
     from realtime.chat.tools import ToolSpec
-    from realtime.constrain import json_schema_grammar, tool_call_grammar
+    from realtime.chat.tools.grammar import tool_call_grammar
+    from realtime.constrain import json_schema_grammar
 
     tools = [ToolSpec(name, schema) for name, schema in AGENT_TOOLS]
     return {
