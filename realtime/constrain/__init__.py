@@ -8,13 +8,16 @@ meets them:
   written in a tool parser's markup, `realtime.chat.tools.grammar`) turn request
   fields into a `Constraint` (`spec.py`, plain data) or raise `ConstraintError`
   naming the field;
-* `matcher.ConstraintCompiler` (one per engine, over a `tokenizer.TokenizerBinding`)
-  compiles and caches it, and starts one matcher per sequence;
-* `logits.apply_allowed` masks a logits tensor before sampling (the cpu engine);
-  `exllamav2_filter.GrammarFilter` does the same through exllamav2's filter API.
+* `matcher.ConstraintCompiler` (one per model, over the `tokenizer.TokenizerBinding`
+  its engine builds at load time) compiles and caches it, off the event loop,
+  into a `matcher.CompiledConstraint`: what an `EngineRequest` carries;
+* the engine starts one matcher per sequence from it and masks the logits
+  before sampling (`matcher.allowed_rows`, `logits.apply_allowed`: the cpu
+  engine), or hands exllamav2 an `exllamav2_filter.GrammarFilter`.
 
-This module imports neither torch nor an engine: the request-side builders
-work on every install, the echo engine's included.
+This package sits below the engines and the chat logic and imports nothing of
+theirs. This module imports neither torch nor an engine: the request-side
+builders work on every install, the echo engine's included.
 """
 
 from realtime.constrain.errors import RESPONSE_FORMAT, TOOL_CHOICE, TOOLS, ConstraintError
