@@ -201,9 +201,7 @@ class CompiledConstraint:
         return GrammarMatcher(self._prototype.deep_copy(), self.binding, self.description)
 
 
-def allowed_rows(
-    matchers: Sequence[SequenceConstraint], binding: TokenizerBinding
-) -> torch.Tensor:
+def allowed_rows(matchers: Sequence[SequenceConstraint], binding: TokenizerBinding) -> torch.Tensor:
     """`[len(matchers), binding.width]` bool: each matcher's allowed ids, unpacked in one
     call for the whole batch (the engine masks the batch's logits rows with it)."""
     bits = torch.empty((len(matchers), binding.mask_words), dtype=torch.int32)
