@@ -23,16 +23,18 @@ The per-step protocol, for one sequence:
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
 import torch
 from llguidance import LLMatcher, LLParserLimits
 
 from realtime.constrain.errors import ConstraintError, engine_detail
-from realtime.constrain.logits import pack_bitmask, unpack_bitmask
+from realtime.constrain.logits import pack_bitmask, unpack_bitmask, unpack_rows
 from realtime.constrain.spec import BannedTokens, Constraint, ConstraintLimits, GrammarSpec
 from realtime.constrain.tokenizer import TokenizerBinding
 
@@ -56,6 +58,11 @@ class SequenceConstraint(Protocol):
 
     def fill_bitmask(self, row: torch.Tensor) -> None:
         """Write the allowed ids into one contiguous int32 bitmask row (32 ids a word)."""
+        ...
+
+    def fill_bitmask_at(self, address: int, words: int) -> None:
+        """`fill_bitmask` into raw memory: `words` int32 words at `address`, which the
+        caller has checked (`allowed_rows` checks a whole batch's buffer once)."""
         ...
 
     def advance(self, token_id: int) -> bool:
@@ -97,6 +104,9 @@ class GrammarMatcher:
     def fill_bitmask(self, row: torch.Tensor) -> None:
         _check_row(row, self._bits.numel())
         self._matcher.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * 4)
+
+    def fill_bitmask_at(self, address: int, words: int) -> None:
+        self._matcher.unsafe_compute_mask_ptr(address, words * 4)
 
     def allowed(self) -> torch.Tensor:
         self.fill_bitmask(self._bits)
@@ -143,6 +153,9 @@ class BannedTokenMatcher:
     def fill_bitmask(self, row: torch.Tensor) -> None:
         _check_row(row, self._bits.numel())
         row.copy_(self._bits)
+
+    def fill_bitmask_at(self, address: int, words: int) -> None:
+        ctypes.memmove(address, self._bits.data_ptr(), words * 4)
 
     def advance(self, token_id: int) -> bool:
         return token_id not in self._banned
@@ -203,11 +216,16 @@ class CompiledConstraint:
 
 def allowed_rows(matchers: Sequence[SequenceConstraint], binding: TokenizerBinding) -> torch.Tensor:
     """`[len(matchers), binding.width]` bool: each matcher's allowed ids, unpacked in one
-    call for the whole batch (the engine masks the batch's logits rows with it)."""
-    bits = torch.empty((len(matchers), binding.mask_words), dtype=torch.int32)
-    for row, matcher in zip(bits, matchers, strict=True):
-        matcher.fill_bitmask(row)
-    return unpack_bitmask(bits, binding.width)
+    call for the whole batch (the engine masks the batch's logits rows with it).
+
+    The rows are written straight into one buffer: no tensor per row, one check for
+    all (this runs once per forward pass on the engine thread)."""
+    words = binding.mask_words
+    bits = np.empty((len(matchers), words), dtype=np.int32)
+    base, stride = bits.ctypes.data, words * 4
+    for row, matcher in enumerate(matchers):
+        matcher.fill_bitmask_at(base + row * stride, words)
+    return unpack_rows(bits, binding.width)
 
 
 class ConstraintCompiler:
