@@ -308,6 +308,16 @@ class ConstraintCompiler:
                 f"{spec.description} cannot be enforced: {engine_detail(matcher.get_error())}",
                 param=spec.param,
             )
+        # The first mask, here on the compiling thread: a grammar that cannot even
+        # start an answer (a `$ref` to itself) fails now, as the request's error, not
+        # mid-answer; and the lexer states it builds serve every sequence's copy.
+        matcher.compute_bitmask()
+        if matcher.is_error():
+            raise ConstraintError(
+                f"{spec.description} cannot be enforced: no answer can start "
+                f"({engine_detail(matcher.get_error())})",
+                param=spec.param,
+            )
         with self._lock:
             self.compiles += 1
             self._compiled[spec.grammar] = matcher

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -72,7 +72,6 @@ class ConstraintPlan:
     #: The field a `response_format` error is reported under (`text.format` for the
     #: Responses API, whose format is the same object, flat).
     format_param: str = RESPONSE_FORMAT
-    description: str = field(default="", compare=False)
 
 
 class Constraints:
@@ -130,14 +129,10 @@ class Constraints:
                 reasoning=reasoning,
                 limits=limits,
             )
-            return ConstraintPlan(compiler, build, checks, description="tool_choice")
+            return ConstraintPlan(compiler, build, checks)
         if fmt is not None:
-            if (
-                choice.mode == "auto"
-                and tools
-                and output.tools is not None
-                and (tool_parser in _ENFORCEABLE)
-            ):
+            parsed_calls = output.tools is not None and tool_parser in _ENFORCEABLE
+            if choice.mode == "auto" and parsed_calls:
                 assert tool_parser is not None
                 build = partial(
                     tool_call_grammar,
@@ -149,7 +144,7 @@ class Constraints:
                     reasoning=reasoning,
                     limits=limits,
                 )
-                return ConstraintPlan(compiler, build, checks, description="auto")
+                return ConstraintPlan(compiler, build, checks)
             build = partial(
                 response_format_constraint,
                 fmt,
@@ -157,11 +152,11 @@ class Constraints:
                 reasoning=reasoning,
                 added_tokens=added,
             )
-            return ConstraintPlan(compiler, build, description="response_format")
+            return ConstraintPlan(compiler, build)
         ban_spec = tool_markers_ban(tool_parser, added)
         if ban_spec is None:
             return None  # the format's calls start with plain text: nothing to ban
-        return ConstraintPlan(compiler, lambda: ban_spec, inline=True, description="none")
+        return ConstraintPlan(compiler, lambda: ban_spec, inline=True)
 
     def plan_completion(self, response_format: Mapping[str, Any] | None) -> ConstraintPlan | None:
         """The plan for a text completion: its `response_format` only."""
@@ -191,7 +186,7 @@ class Constraints:
             reasoning=reasoning,
             added_tokens=compiler.binding.added_tokens,
         )
-        return ConstraintPlan(compiler, build, format_param=param, description=param)
+        return ConstraintPlan(compiler, build, format_param=param)
 
     def plan_text_format(self, text_format: Mapping[str, Any] | None) -> ConstraintPlan | None:
         """The Responses API's `text.format` (`{"type": "json_schema", "name": ...,

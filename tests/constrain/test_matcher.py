@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from tokenizers import Tokenizer
 
-from realtime.constrain import BannedTokens, ConstraintLimits, json_schema_grammar
+from realtime.constrain import BannedTokens, ConstraintError, ConstraintLimits, json_schema_grammar
 from realtime.constrain.logits import unpack_bitmask
 from realtime.constrain.matcher import ConstraintCompiler, GrammarMatcher, allowed_rows
 from realtime.constrain.tokenizer import TokenizerBinding
@@ -160,3 +161,14 @@ def test_allowed_rows_unpacks_each_matchers_mask_in_one_batch(
     for row, matcher in zip(rows, (grammar, ban, fresh), strict=True):
         assert torch.equal(row, matcher.allowed())
     assert not torch.equal(rows[0], rows[2])
+
+
+def test_a_grammar_that_cannot_start_an_answer_is_refused_when_compiled(
+    compiler: ConstraintCompiler,
+) -> None:
+    """A schema that only refers to itself compiles, but its first mask fails: that is
+    found on the compiling thread (the request's 400), not in the middle of an answer."""
+    for schema in ({"$ref": "#"}, {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}):
+        with pytest.raises(ConstraintError, match="no answer can start") as refused:
+            compiler.compile(json_schema_grammar(schema))
+        assert refused.value.param == "response_format"

@@ -275,6 +275,7 @@ BAD_SCHEMAS = [
     {"type": "integer", "minimum": 5, "maximum": 1},
     ["not", "an", "object"],
     {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}},
+    {"$ref": "#"},  # compiles, but no answer can start
 ]
 
 
