@@ -15,7 +15,9 @@ chunk's continuous usage; a constrained answer ends when its grammar is complete
 requests follow each other until N decode tokens are in. The same socket also
 measures the time to the first token of an unconstrained request, of a constrained
 one whose grammar the server has compiled before, and of one with a grammar it has
-never seen (a fresh enum value or tool name): the last two differ by the compile.
+never seen (a new description in its schemas), each right after an unconstrained
+request with the same prompt, so that the prompt is in the prefix cache: the last two
+differ by the compile and the new grammar's first lexer states.
 
 Alone (why the server's figure is what it is): the bench model in this process, a bare
 `transformers` loop over a `DynamicCache`, sampling with and without the mask path
@@ -269,8 +271,8 @@ class ServerSocket:
         self.fresh = itertools.count()
 
     def body(self, variant: str, *, seed: int | None = None, fresh: bool = False) -> dict[str, Any]:
-        """A request; `fresh` changes a description in its schemas, which makes a grammar
-        the server has never compiled yet allows exactly the same answers."""
+        """A request; `fresh` changes a description in its schemas: a grammar the server
+        has never compiled, which allows the same answers."""
         n = next(self.count)
         body: dict[str, Any] = {
             "request_id": f"c{n}",
@@ -281,6 +283,8 @@ class ServerSocket:
             "max_tokens": self.tokens,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         }
+        # Tools are rendered into the prompt, so a new description changes the prompt
+        # too: `first_token` puts it in the prefix cache before it measures.
         described = {"description": f"version {next(self.fresh)}"} if fresh else {}
         if variant == UNCONSTRAINED:
             body["ignore_eos"] = True
@@ -335,9 +339,15 @@ class ServerSocket:
         return tokens / seconds, answers
 
     def first_token(self, variant: str, *, fresh: bool) -> float:
-        """Seconds to the first token's frame; the seed is fixed, so a known and a new
-        grammar give the same tokens and differ only by the compile."""
-        return self.request(self.body(variant, seed=FIRST_TOKEN_SEED, fresh=fresh))[0]
+        """Seconds to the first token's frame of a request whose prompt is already in the
+        server's prefix cache: an unconstrained request with the same prompt (tools
+        included, which the chat template renders) goes first, so a known and a new
+        grammar differ only by the compile and the new grammar's first lexer states.
+        The seed is fixed: both give the same tokens."""
+        body = self.body(variant, seed=FIRST_TOKEN_SEED, fresh=fresh)
+        warm = {k: v for k, v in body.items() if k not in ("response_format", "tool_choice")}
+        self.request({**warm, "request_id": f"{body['request_id']}-warm", "max_tokens": 1})
+        return self.request(body)[0]
 
     def close(self) -> None:
         self.loop.run_until_complete(self.ws.close())
