@@ -14,7 +14,7 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from realtime.asgi.access import OPEN_PATHS, AccessGuard
 from realtime.auth import ApiKeys, OriginPolicy
-from realtime.config import ServerConfig
+from realtime.config import ServerConfig, constraint_limits
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
 from realtime.engine.registry import create_engine
@@ -84,6 +84,7 @@ def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
         speculative_timeout=config.speculative_timeout_seconds,
         max_speculative=config.max_speculative,
         max_tokens_cap=config.max_tokens_cap,
+        constraint_limits=constraint_limits(config),
     )
     metrics = Metrics()
     hub = SessionHub(config.max_connections)

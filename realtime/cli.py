@@ -364,6 +364,26 @@ def _add_hardening_arguments(serve: argparse.ArgumentParser, d: ServerConfig) ->
         help="characters per stop string; longer is refused with 400 (default %(default)s)",
     )
     limits.add_argument(
+        "--max-schema-bytes",
+        type=_positive_int,
+        default=d.max_schema_bytes,
+        help="bytes of one JSON schema to enforce (a response_format schema, one tool's"
+        " parameters), as compact JSON; larger is refused with 400 (default %(default)s)",
+    )
+    limits.add_argument(
+        "--max-schema-depth",
+        type=_positive_int,
+        default=d.max_schema_depth,
+        help="nesting of objects and arrays in one JSON schema to enforce; deeper is"
+        " refused with 400 (default %(default)s)",
+    )
+    limits.add_argument(
+        "--grammar-cache-size",
+        type=_positive_int,
+        default=d.grammar_cache_size,
+        help="compiled grammars (schemas, tool sets) kept for reuse (default %(default)s)",
+    )
+    limits.add_argument(
         "--gc-threshold",
         type=_non_negative_int,
         default=d.gc_threshold,
@@ -503,6 +523,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_json_values=args.max_json_values,
         max_stop_strings=args.max_stop_strings,
         max_stop_chars=args.max_stop_chars,
+        max_schema_bytes=args.max_schema_bytes,
+        max_schema_depth=args.max_schema_depth,
+        grammar_cache_size=args.grammar_cache_size,
         max_connections=args.max_connections,
         gc_threshold=args.gc_threshold,
         outbound_queue_frames=args.outbound_queue,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from realtime.constrain.spec import ConstraintLimits
 from realtime.protocol.input_limits import (
     DEFAULT_MAX_STOP_CHARS,
     DEFAULT_MAX_STOP_STRINGS,
@@ -19,6 +20,9 @@ from realtime.protocol.json_input import (
     DEFAULT_MAX_JSON_VALUES,
     MAX_JSON_DEPTH_CEILING,
 )
+
+#: The grammar engine's own defaults, which the flags start from.
+_GRAMMAR_LIMITS = ConstraintLimits()
 
 
 @dataclass
@@ -97,6 +101,12 @@ class ServerConfig:
     #: Stop strings per request, and characters per stop string (400 beyond).
     max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS
     max_stop_chars: int = DEFAULT_MAX_STOP_CHARS
+    #: Constrained decoding: bytes of one JSON schema (a `response_format` schema, one
+    #: tool's parameters) as compact JSON, and its nesting depth (400 beyond).
+    max_schema_bytes: int = _GRAMMAR_LIMITS.max_schema_bytes
+    max_schema_depth: int = _GRAMMAR_LIMITS.max_schema_depth
+    #: Compiled grammars kept for reuse (agents send the same tools every turn).
+    grammar_cache_size: int = _GRAMMAR_LIMITS.cache_size
     #: API keys; empty = no authentication. /health and /ready are always open.
     api_keys: tuple[str, ...] = ()
     #: Browser origins allowed to connect; empty = no Origin or same origin only; "*" = all.
@@ -137,4 +147,13 @@ def input_limits(config: ServerConfig) -> InputLimits:
         max_json_values=config.max_json_values,
         max_stop_strings=config.max_stop_strings,
         max_stop_chars=config.max_stop_chars,
+    )
+
+
+def constraint_limits(config: ServerConfig) -> ConstraintLimits:
+    """What a client may ask the grammar engine to compile, from `config`."""
+    return ConstraintLimits(
+        max_schema_bytes=config.max_schema_bytes,
+        max_schema_depth=config.max_schema_depth,
+        cache_size=config.grammar_cache_size,
     )

@@ -87,6 +87,15 @@ LIMITS: list[tuple[str, str, str, str]] = [
      "stop strings per request; more is 400 / `error` frame, `param` `stop`"),
     ("--max-stop-chars", "max_stop_chars", "characters",
      "per stop string; longer is 400 / `error` frame, `param` `stop`"),
+    ("--max-schema-bytes", "max_schema_bytes", "bytes",
+     "one JSON schema to enforce (a `response_format` schema, one tool's `parameters`) as"
+     " compact JSON; larger is 400 / `error` frame naming `response_format` or `tools`"),
+    ("--max-schema-depth", "max_schema_depth", "levels",
+     "nested objects and arrays in one such schema; deeper is 400 / `error` frame naming"
+     " `response_format` or `tools`"),
+    ("--grammar-cache-size", "grammar_cache_size", "grammars",
+     "compiled grammars kept for reuse (a schema, a tool set with its `tool_choice`); the"
+     " least recently used goes; a request whose grammar is not kept compiles it again"),
     ("--max-tokens-cap", "max_tokens_cap", "tokens",
      "largest `max_tokens`; above it 400 / `error` frame `max_tokens_exceeded`;"
      " without `max_tokens` the answer stops there (`length`). Default: the model's context"),

@@ -1,6 +1,6 @@
 """The package's layers, read from every module's imports (ast), so they cannot drift.
 
-    protocol <- model <- chat / engine <- pipeline <- transports (http, ws) <- app
+    protocol <- model <- constrain <- chat / engine <- pipeline <- transports (http, ws) <- app
 
 A module may import its own package and any layer below its own, never one above
 and never a neighbour on the same layer (so `chat/` and `engine/` do not import
@@ -27,10 +27,12 @@ LAYERS: list[set[str]] = [
     {"observability", "auth", "client", "tiny_model"},
     # what every layer knows about the model: ModelInfo, tokenizer, template, outputs
     {"model"},
+    # the grammar engine (llguidance): schemas as grammars, token masks, per-sequence
+    # matchers. Below chat and engine: engines enforce constraints while they sample,
+    # and chat's tool parsers write their markup as grammars (chat/tools/grammar.py)
+    {"constrain"},
     # text and token logic; token-level engines
     {"chat", "engine"},
-    # grammars for constrained decoding (built from chat's tool-parser markup)
-    {"constrain"},
     # requests in, chunks out: drives an engine through the chat logic
     {"pipeline"},
     # server settings

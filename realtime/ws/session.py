@@ -771,6 +771,7 @@ class RealtimeSession:
                 session_id=self.session_id,
                 size=item.size,
             )
+            await self.pipeline.constrain(prepared)  # before the first chunk: errors are 400s
             if streaming:
                 timer = RequestTimer(self.metrics, TRANSPORT, item.received_at)
                 put = self._outbox.put  # the per-token path: one call less than `_send`
