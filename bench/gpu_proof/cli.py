@@ -44,12 +44,13 @@ class Sizes:
     cancel_samples: int
     cancel_answer: int
     cache_size: int
+    structured_samples: int
 
 
 #: On a GPU: long enough to time decoding well, short enough for the budget.
-GPU = Sizes(512, 128, (1, 8, 32), 1000, 5, 3000, 32768)
+GPU = Sizes(512, 128, (1, 8, 32), 1000, 5, 3000, 32768, 6)
 #: The fake decodes in Python (about a token per half millisecond): small sizes.
-DRY = Sizes(24, 8, (1, 8, 32), 400, 2, 2000, 32768)
+DRY = Sizes(24, 8, (1, 8, 32), 400, 2, 2000, 32768, 2)
 #: Built models go here, not under --out: a device call brings --out back, not weights.
 MODELS = Path(tempfile.gettempdir()) / "realtime-gpu-proof-models"
 #: The model built without --model (FP16 safetensors; head dim 512 / 4 heads = 128).
@@ -256,6 +257,7 @@ async def _drive(run: Run, base: str) -> None:
             "second_turn_after_warm_up": warmed.cached_tokens_warm,
         }
         run.doc["salt_isolation"] = await served.salt_isolation(client, sizes.system_words)
+        run.doc["structured"] = await served.structured(client, sizes.structured_samples)
         rows = {row["streams"]: row for row in run.doc.get("concurrency") or []}
         for streams in sizes.levels:
             agg = await served.aggregate(client, streams, sizes.aggregate_tokens)
@@ -319,5 +321,15 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write(md_path.read_text())
     run.log(f"wrote {json_path} and {md_path}")
     salt = run.doc.get("salt_isolation") or {}
-    complete = not run.doc["errors"] and not run.doc["skipped"] and salt.get("isolated") is True
+    shaped = run.doc.get("structured") or {}
+    samples = shaped.get("samples")
+    all_valid = samples is not None and (
+        shaped.get("json_schema_valid") == samples == shaped.get("tool_required_valid")
+    )
+    complete = (
+        not run.doc["errors"]
+        and not run.doc["skipped"]
+        and salt.get("isolated") is True
+        and all_valid
+    )
     return 0 if complete else 1

@@ -98,6 +98,14 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| cached_tokens, same prompt, other cache_salt | "
             f"{_num(salt['other_salt_cached_tokens'])} |",
         ]
+    shaped = doc.get("structured")
+    if shaped:
+        lines += [
+            f"| json_schema answers (temperature 1, one seed each) that validate "
+            f"| {shaped['json_schema_valid']} of {shaped['samples']} |",
+            f'| tool_choice "required" answers whose call validates '
+            f"| {shaped['tool_required_valid']} of {shaped['samples']} |",
+        ]
     cancel = doc.get("cancel")
     if cancel:
         lines += [
