@@ -128,7 +128,7 @@ def _method_notes(params: Params) -> list[str]:
         "reasoning model whose template drops earlier `<think>` blocks. Speculative "
         "prefill renders the answer as the next turn will, so it covers everything "
         "before the new user message. When the template reproduces the generated ids, "
-        "plain reuse covers the answer too (tests/test_speculative.py proves it).",
+        "plain reuse covers the answer too (tests/pipeline/test_speculative.py proves it).",
     ]
 
 
