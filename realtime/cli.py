@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from realtime import __version__
-from realtime.auth import is_loopback, load_key_file, validate_key
+from realtime.asgi.auth import is_loopback, load_key_file, validate_key
 from realtime.chat.reasoning.registry import reasoning_parser_names
 from realtime.chat.tools.registry import tool_parser_names
 from realtime.config import ServerConfig
@@ -553,9 +553,8 @@ def engine_preflight(engine: str) -> str | None:
 
 def serve(config: ServerConfig) -> int:
     from realtime.app import build_app, engine_from_config
-    from realtime.gc_tuning import tune_gc
     from realtime.observability.logs import configure_logging
-    from realtime.server import RealtimeServer, listening_sockets, uvicorn_config
+    from realtime.server import RealtimeServer, listening_sockets, tune_gc, uvicorn_config
 
     configure_logging(config.log_level, config.log_format, config.api_keys)
     warning = open_server_warning(config)

@@ -74,7 +74,7 @@ class ServerConfig:
     #: Open WebSockets per server; a handshake beyond it gets HTTP 503.
     max_connections: int = 1024
     #: `realtime serve` only: the garbage collector's youngest-generation threshold
-    #: (`realtime.gc_tuning`); 0 keeps Python's default.
+    #: (`realtime.server.tune_gc`); 0 keeps Python's default.
     gc_threshold: int = 10_000
     #: Seconds without a frame either way and with no request in flight before the
     #: server closes with 1000 `idle timeout`. 0 = never.

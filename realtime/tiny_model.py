@@ -36,7 +36,7 @@ from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from realtime.install import CPU_INSTALL_HINT
+from realtime.engine.install import CPU_INSTALL_HINT
 
 #: Trained BPE vocabulary (byte alphabet + merges), before the added tokens.
 BPE_VOCAB_SIZE = 640
