@@ -21,8 +21,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "realtime"
 
 #: Bottom first. Units on one layer do not import each other.
 LAYERS: list[set[str]] = [
-    # wire models and rules; the version; the fake exllamav2 for tests
-    {"realtime", "protocol", "testing"},
+    # wire models and rules; the version
+    {"realtime", "protocol"},
     # logs and metrics, the client library
     {"observability", "client"},
     # what every layer knows about the model: ModelInfo, tokenizer, template, outputs
@@ -30,8 +30,9 @@ LAYERS: list[set[str]] = [
     # text and token logic; token-level engines (with the install hints they give)
     {"chat", "engine"},
     # grammars for constrained decoding (built from chat's tool-parser markup); the
-    # tiny test model's writer (above engine: it gives the cpu engine's install hint)
-    {"constrain", "tiny_model"},
+    # test doubles: the fake exllamav2 and the tiny test model's writer (above engine:
+    # it gives the cpu engine's install hint)
+    {"constrain", "testing"},
     # requests in, chunks out: drives an engine through the chat logic
     {"pipeline"},
     # what both transports share: the access guard with its API-key and Origin rules,

@@ -31,7 +31,7 @@ from bench.multiturn.conversation import Conversation, build
 from bench.multiturn.server import MultiturnServer
 from bench.results import Chart, Goal, ScenarioResult, Series
 from realtime.engine.cpu import CpuEngine
-from realtime.tiny_model import ModelSize, cached_tiny_model
+from realtime.testing.tiny_model import ModelSize, cached_tiny_model
 
 NAME = "multiturn"
 TITLE = "Multi-turn agent conversation: time to first token per turn"

@@ -1,6 +1,6 @@
 """How to install the CPU engine's optional parts, said once for every message that says it.
 
-The engine's ImportError gives it, and so does `realtime.tiny_model`, which needs the
+The engine's ImportError gives it, and so does `realtime.testing.tiny_model`, which needs the
 same torch and transformers.
 
 The CPU engine's extra is installed with the repository's constraints file, which

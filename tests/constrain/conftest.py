@@ -9,7 +9,7 @@ from tokenizers import AddedToken, Tokenizer
 from realtime.chat.tools import deepseek_v3, mistral
 from realtime.constrain.matcher import ConstraintCompiler
 from realtime.constrain.tokenizer import TokenizerBinding
-from realtime.tiny_model import train_tokenizer
+from realtime.testing.tiny_model import train_tokenizer
 
 #: Special tokens of other model families, so their markers are single tokens here.
 EXTRA_MARKERS = (
