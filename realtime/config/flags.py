@@ -74,6 +74,8 @@ class EngineOption:
 
 @dataclass(frozen=True)
 class Flag:
+    """One `realtime serve` flag: it sets exactly one of `field`, `engine`, `adds_to`."""
+
     option: str
     group: str
     help: str | None = None
