@@ -83,7 +83,8 @@ class Flag:
     field: str | None = None
     #: Or: the engine keyword it sets (into `ServerConfig.engine_options`).
     engine: EngineOption | None = None
-    #: Or: the field whose own flag it adds to (`--api-key-file` adds to `api_keys`).
+    #: Or: the field it adds to, after the field's own flag or the engine flags
+    #: (`--api-key-file` adds to `api_keys`); the command line does the adding.
     adds_to: str | None = None
     #: Parses and checks the text (argparse's `type`); None keeps the text.
     value: Callable[[str], Any] | None = None

@@ -43,8 +43,10 @@ def test_every_flag_sets_exactly_one_thing_that_exists():
         assert sum(target is not None for target in targets) == 1, flag.option
         for name in (flag.field, flag.adds_to):
             assert name is None or name in FIELDS, flag.option
-        if flag.adds_to is not None:  # it adds to a field another flag sets
-            assert any(other.field == flag.adds_to for other in FLAGS)
+        if flag.adds_to is not None:  # to a field another flag sets, or to the engine's bag
+            assert flag.adds_to == "engine_options" or any(
+                other.field == flag.adds_to for other in FLAGS
+            ), flag.option
         assert flag.group in GROUPS and flag.help, flag.option
         assert flag.limit is None or flag.field is not None, flag.option
     options = [flag.option for flag in FLAGS]
