@@ -14,7 +14,7 @@ import pytest
 from tokenizers import AddedToken, Tokenizer
 
 from realtime.chat.tools import deepseek_v3, mistral
-from realtime.tiny_model import train_tokenizer
+from realtime.testing.tiny_model import train_tokenizer
 
 if TYPE_CHECKING:
     from realtime.constrain.matcher import ConstraintCompiler

@@ -131,7 +131,7 @@ def _environment(run: Run) -> None:
 
 
 def _model(run: Run) -> None:
-    from realtime.tiny_model import ModelSize, cached_tiny_model
+    from realtime.testing.tiny_model import ModelSize, cached_tiny_model
 
     if run.args.model is not None:
         path = run.args.model.resolve()
@@ -143,7 +143,7 @@ def _model(run: Run) -> None:
         path = cached_tiny_model(MODELS, size=ModelSize(**GPU_MODEL))
         description = (
             "random-weight Llama, 512 wide, 8 layers, 4 heads of 128, 4096 context, "
-            "FP16 safetensors (realtime.tiny_model)"
+            "FP16 safetensors (realtime.testing.tiny_model)"
         )
     run.doc["model"] = {"path": str(path), "description": description}
 

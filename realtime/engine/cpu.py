@@ -10,7 +10,7 @@ so `info` is available before `start()`; the weights are loaded by `start()`, on
 engine thread that will own them for the engine's lifetime (`ThreadedEngineCore`).
 The event loop only hands work to that thread and collects tokens.
 
-torch and transformers are optional (`realtime.install.CPU_INSTALL_HINT`); this module is
+torch and transformers are optional (`realtime.engine.install.CPU_INSTALL_HINT`); this module is
 imported only when the cpu engine is chosen.
 """
 
@@ -23,7 +23,7 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from realtime.install import CPU_INSTALL_HINT
+from realtime.engine.install import CPU_INSTALL_HINT
 
 try:
     import torch
