@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import logging
 import socket
 import sys
@@ -15,7 +16,7 @@ from realtime.auth import is_loopback, load_key_file, validate_key
 from realtime.chat.reasoning.registry import reasoning_parser_names
 from realtime.chat.tools.registry import tool_parser_names
 from realtime.config import ServerConfig
-from realtime.engine.registry import engine_names
+from realtime.engine.registry import EngineLoadError, engine_names, resolve_engine
 from realtime.protocol.json_input import MAX_JSON_DEPTH_CEILING
 
 
@@ -75,9 +76,20 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--engine",
         default=d.engine,
-        choices=[*engine_names(), "auto"],
-        help="engine to serve (default %(default)s); auto = exllamav2 when a CUDA GPU can"
-        " run it, else cpu",
+        metavar="ENGINE",
+        help="engine to serve (default %(default)s): "
+        + ", ".join(engine_names())
+        + ", auto (exllamav2 when a CUDA GPU can run it, else cpu), or package.module:factory"
+        " (docs/howto/write-an-engine.md)",
+    )
+    serve.add_argument(
+        "--engine-option",
+        action="append",
+        type=_engine_option,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a keyword argument for the engine's factory (repeatable); VALUE is read as"
+        " JSON when it is JSON, else as text (default: none)",
     )
     serve.add_argument(
         "--model-name",
@@ -286,10 +298,35 @@ def _engine_options(args: argparse.Namespace, engine: str, *, chosen: bool) -> d
     return options
 
 
+def _engine_option(text: str) -> tuple[str, Any]:
+    """`--engine-option KEY=VALUE`: VALUE as JSON when it parses (numbers, true, lists),
+    else the text itself."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE with KEY a name, got {text!r}")
+    try:
+        return key, json.loads(raw)
+    except ValueError:
+        return key, raw
+
+
+def _with_engine_option_flags(
+    options: dict[str, Any], pairs: list[tuple[str, Any]]
+) -> dict[str, Any]:
+    """The engine flags' keywords plus each `--engine-option`; a keyword given twice is an error."""
+    for key, value in pairs:
+        if key in options:
+            raise ValueError(f"--engine-option {key}: the engine option {key!r} is given twice")
+        options[key] = value
+    return options
+
+
 def _resolve_engine(name: str) -> str:
-    """`--engine auto` becomes the engine it picks here, before anything else reads it."""
+    """`--engine auto` becomes the engine it picks here, before anything else reads it;
+    a plug-in is imported (EngineLoadError when it cannot be) and a built-in named by
+    its module path becomes its name."""
     if name != "auto":
-        return name
+        return resolve_engine(name).name
     from realtime.engine.auto import choose_engine
 
     chosen, reason = choose_engine()
@@ -524,7 +561,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         chat_template=args.chat_template,
         tool_parser=args.tool_parser,
         reasoning_parser=args.reasoning_parser,
-        engine_options=_engine_options(args, engine, chosen=args.engine == "auto"),
+        engine_options=_with_engine_option_flags(
+            _engine_options(args, engine, chosen=args.engine == "auto"), args.engine_option
+        ),
         ui=not args.no_ui,
         speculative_timeout_seconds=args.speculative_timeout,
         max_speculative=args.max_speculative,
@@ -628,6 +667,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         try:
             config = config_from_args(args)
+        except EngineLoadError as exc:  # one line, no usage: the engine spec was understood
+            print(f"realtime: cannot load engine {args.engine!r}: {exc}", file=sys.stderr)
+            return 2
         except (OSError, ValueError) as exc:
             parser.error(str(exc))
         return serve(config)
