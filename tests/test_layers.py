@@ -29,10 +29,9 @@ LAYERS: list[set[str]] = [
     {"model"},
     # text and token logic; token-level engines
     {"chat", "engine"},
-    # the engine conformance kit and the test doubles (drive engines, nothing above)
-    {"testing"},
-    # grammars for constrained decoding (built from chat's tool-parser markup)
-    {"constrain"},
+    # grammars for constrained decoding (built from chat's tool-parser markup); the
+    # engine conformance kit and the test doubles (they drive engines, nothing above)
+    {"constrain", "testing"},
     # requests in, chunks out: drives an engine through the chat logic
     {"pipeline"},
     # server settings
