@@ -22,6 +22,7 @@ import logging
 from starlette.applications import Starlette
 
 from realtime.app import build_app
+from realtime.asgi.body_limit import BodyLimit
 from realtime.auth import is_loopback
 from realtime.config import ServerConfig
 from realtime.engine.base import Engine
@@ -36,14 +37,23 @@ log = logging.getLogger("realtime")
 def create_app(engine: Engine, config: ServerConfig | None = None) -> Starlette:
     """The server for `engine` as an ASGI app (HTTP routes, `/v1/realtime`, the page).
 
-    The engine is started by the app's lifespan and closed when it ends. Raises
+    The engine is started by the app's lifespan and closed when it ends. The request
+    body limits (`max_body_bytes`, `body_timeout_seconds`) are enforced by the app
+    itself, whatever server runs it; the header limits are that server's. Raises
     TypeError when `engine` is not an engine, ValueError for a bad setting (an
     unknown parser name, say).
     """
     problem = not_an_engine(engine)
     if problem is not None:
         raise TypeError(f"create_app() needs an engine, got {problem}")
-    return build_app(config if config is not None else ServerConfig(), engine)
+    config = config if config is not None else ServerConfig()
+    app = build_app(config, engine)
+    # Under another ASGI server nothing else bounds the body (`realtime serve`'s protocol
+    # does it before the app): the app does it itself.
+    app.add_middleware(
+        BodyLimit, max_body_bytes=config.max_body_bytes, body_timeout=config.body_timeout_seconds
+    )
+    return app
 
 
 def serve(engine: Engine, config: ServerConfig | None = None) -> None:

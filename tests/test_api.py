@@ -36,7 +36,8 @@ async def hello(request: Request) -> PlainTextResponse:
 def mounted() -> Iterator[tuple[str, EchoEngine]]:
     """The realtime app mounted at /llm in someone's Starlette app, under plain uvicorn."""
     engine = EchoEngine()
-    llm = realtime.create_app(engine, realtime.ServerConfig(api_keys=("sk-test",)))
+    config = realtime.ServerConfig(api_keys=("sk-test",), max_body_bytes=4096)
+    llm = realtime.create_app(engine, config)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -81,6 +82,25 @@ def test_mounted_in_a_host_app_serves_http_and_the_socket(
     deltas = [f["choices"][0]["delta"].get("content") or "" for f in frames if f.get("choices")]
     assert "".join(deltas) == "hi" and frames[-1]["status"] == "completed"
     assert engine.stats.requests_finished == 2
+
+
+def test_mounted_under_another_server_the_app_bounds_the_body(
+    mounted: tuple[str, EchoEngine],
+) -> None:
+    base, engine = mounted
+    url, auth = base + "/llm/v1/chat/completions", {"Authorization": "Bearer sk-test"}
+    declared = httpx.post(url, content=b"{" + b" " * 5000, headers=auth, timeout=10)
+    assert declared.status_code == 413
+    assert declared.json()["error"]["code"] == "request_too_large"
+
+    def chunked() -> Iterator[bytes]:  # no Content-Length: refused once past the limit
+        for _ in range(10):
+            yield b" " * 1000
+
+    streamed = httpx.post(url, content=chunked(), headers=auth, timeout=10)
+    assert streamed.status_code == 413
+    assert "larger than 4096 bytes" in streamed.json()["error"]["message"]
+    assert engine.stats.requests_started == 0
 
 
 def test_create_app_refuses_what_is_not_an_engine() -> None:
