@@ -132,4 +132,5 @@ class EngineConformance:
                 " that never ends, or a cancel that never returns)"
             ) from None
         finally:
-            await engine.close()
+            if started or engine.ready:  # the lifecycle check closes the engine itself
+                await engine.close()
