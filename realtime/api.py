@@ -22,14 +22,13 @@ import logging
 from starlette.applications import Starlette
 
 from realtime.app import build_app
+from realtime.asgi.auth import is_loopback
 from realtime.asgi.body_limit import BodyLimit
-from realtime.auth import is_loopback
 from realtime.config import ServerConfig
 from realtime.engine.base import Engine
 from realtime.engine.registry import not_an_engine
-from realtime.gc_tuning import tune_gc
 from realtime.observability.logs import configure_logging
-from realtime.server import RealtimeServer, listening_sockets, uvicorn_config
+from realtime.server import RealtimeServer, listening_sockets, tune_gc, uvicorn_config
 
 log = logging.getLogger("realtime")
 

@@ -294,6 +294,7 @@ class RealtimeSession:
                 session_id=self.session_id,
                 size=request.size,
             )
+            await self.pipeline.constrain(prepared)  # before the first chunk: errors are 400s
             if streaming:
                 timer = request.timer = RequestTimer(self.metrics, TRANSPORT, request.received_at)
                 put, render = self._outbox.put, self.dialect.render_chunk

@@ -48,7 +48,7 @@ TEMPLATE = (
 
 def bundled_text() -> str:
     """The text realtime ships for its tiny test model."""
-    return resources.files("realtime").joinpath("tiny_model_corpus.txt").read_text("utf-8")
+    return resources.files("realtime.testing").joinpath("tiny_model_corpus.txt").read_text("utf-8")
 
 
 class BigramEngine:
