@@ -15,6 +15,7 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from realtime.asgi.access import OPEN_PATHS, AccessGuard
 from realtime.asgi.auth import ApiKeys, OriginPolicy
 from realtime.asgi.lifecycle import Lifecycle
+from realtime.asgi.lifespan_errors import OneLineLifespanErrors
 from realtime.config import ServerConfig, constraint_limits
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
@@ -110,6 +111,7 @@ def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
     app = Starlette(
         routes=table,
         middleware=[
+            Middleware(OneLineLifespanErrors),
             Middleware(HttpObserver, metrics=metrics, routes=table),
             Middleware(
                 AccessGuard,

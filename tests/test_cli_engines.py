@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import openai
 import pytest
@@ -113,3 +115,24 @@ def test_a_malformed_engine_option_is_refused(option: str) -> None:
 def test_a_plugin_takes_no_builtin_engine_flags() -> None:
     with pytest.raises(ValueError, match="--cache-size applies to the exllamav2 engine only"):
         _config("--engine", "json:dumps", "--cache-size", "512")
+
+
+def test_an_engine_whose_start_fails_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "badstart.py").write_text(
+        "from realtime.engine.echo import EchoEngine\n"
+        "class BadStart(EchoEngine):\n"
+        "    async def start(self):\n"
+        "        raise RuntimeError('no weights here')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "realtime", "serve", "--port", "0", "--engine", "badstart:BadStart"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert result.returncode != 0
+    assert "ERROR uvicorn.error: cannot start the engine: RuntimeError: no weights here\n" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
