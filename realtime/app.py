@@ -15,10 +15,11 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from realtime.asgi.access import OPEN_PATHS, AccessGuard
 from realtime.asgi.auth import ApiKeys, OriginPolicy
 from realtime.asgi.lifecycle import Lifecycle
+from realtime.asgi.lifespan_errors import OneLineLifespanErrors
 from realtime.config import ServerConfig, constraint_limits
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
-from realtime.engine.registry import create_engine
+from realtime.engine.registry import build_engine, resolve_engine
 from realtime.http.chat_completions import chat_completions
 from realtime.http.completions import completions
 from realtime.http.errors import handle_http_exception, handle_realtime_error, openai_errors
@@ -37,11 +38,14 @@ log = logging.getLogger("realtime")
 
 
 def engine_from_config(config: ServerConfig) -> Engine:
-    """Build (not start) the configured engine; ValueError/ImportError say what is wrong."""
+    """Build (not start) the configured engine; ValueError/ImportError say what is wrong
+    (`EngineLoadError`, a ValueError, for engines from outside the package)."""
     name = config.engine
     if name == "auto":
         name, reason = choose_engine()
         log.info("--engine auto: %s", reason)
+    source = resolve_engine(name)  # a built-in named by its module path is that built-in
+    name = source.name
     options: dict[str, Any] = {}
     if config.model_name:
         options["model_name"] = config.model_name
@@ -50,12 +54,12 @@ def engine_from_config(config: ServerConfig) -> Engine:
     else:
         if config.model_dir:
             options["model_dir"] = config.model_dir
-        elif name != "scripted":  # without a model, scripted uses the echo tokenizer
+        elif name in ("cpu", "exllamav2"):  # scripted and plug-ins may go without one
             raise ValueError(f"the {name} engine needs --model DIR (a model directory)")
         if config.chat_template:
             options["chat_template"] = config.chat_template
-        options.update(config.engine_options)
-    return create_engine(name, **options)
+    options.update(config.engine_options)
+    return build_engine(source, **options)
 
 
 def routes() -> list[BaseRoute]:
@@ -107,6 +111,7 @@ def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
     app = Starlette(
         routes=table,
         middleware=[
+            Middleware(OneLineLifespanErrors),
             Middleware(HttpObserver, metrics=metrics, routes=table),
             Middleware(
                 AccessGuard,

@@ -14,6 +14,7 @@ from realtime import __version__
 from realtime.asgi.auth import is_loopback, load_key_file
 from realtime.config import ServerConfig
 from realtime.config.flags import FLAGS, GROUPS
+from realtime.engine.registry import EngineLoadError, resolve_engine
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,10 +65,23 @@ def _engine_options(args: argparse.Namespace, engine: str, *, chosen: bool) -> d
     return options
 
 
+def _with_engine_option_flags(
+    options: dict[str, Any], pairs: list[tuple[str, Any]]
+) -> dict[str, Any]:
+    """The engine flags' keywords plus each `--engine-option`; a keyword given twice is an error."""
+    for key, value in pairs:
+        if key in options:
+            raise ValueError(f"--engine-option {key}: the engine option {key!r} is given twice")
+        options[key] = value
+    return options
+
+
 def _resolve_engine(name: str) -> str:
-    """`--engine auto` becomes the engine it picks here, before anything else reads it."""
+    """`--engine auto` becomes the engine it picks here, before anything else reads it;
+    a plug-in is imported (EngineLoadError when it cannot be) and a built-in named by
+    its module path becomes its name."""
     if name != "auto":
-        return name
+        return resolve_engine(name).name
     from realtime.engine.auto import choose_engine
 
     chosen, reason = choose_engine()
@@ -91,7 +105,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     values = {f.field: f.to_config(getattr(args, f.dest)) for f in FLAGS if f.field is not None}
     values["engine"] = _resolve_engine(values["engine"])
     values["api_keys"] = _api_keys(values["api_keys"], args.api_key_file)
-    values["engine_options"] = _engine_options(args, values["engine"], chosen=args.engine == "auto")
+    values["engine_options"] = _with_engine_option_flags(
+        _engine_options(args, values["engine"], chosen=args.engine == "auto"), args.engine_option
+    )
     return ServerConfig(**values)
 
 
@@ -191,6 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         try:
             config = config_from_args(args)
+        except EngineLoadError as exc:  # one line, no usage: the engine spec was understood
+            print(f"realtime: cannot load engine {args.engine!r}: {exc}", file=sys.stderr)
+            return 2
         except (OSError, ValueError) as exc:
             parser.error(str(exc))
         return serve(config)

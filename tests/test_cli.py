@@ -54,7 +54,10 @@ def test_serve_rejects_an_unknown_engine_with_the_valid_names():
         timeout=30,
     )
     assert result.returncode == 2
-    assert "invalid choice: 'nope'" in result.stderr and "echo" in result.stderr
+    assert result.stderr == (
+        "realtime: cannot load engine 'nope': no such engine; choose one of: cpu, echo,"
+        " exllamav2, scripted, auto, or name a factory as package.module:factory\n"
+    )
 
 
 def test_serve_rejects_a_zero_queue_size():

@@ -44,6 +44,16 @@ log = logging.getLogger("realtime.auth")
 OPEN_PATHS = frozenset({"/health", "/ready"})
 
 
+def route_path(scope: Scope) -> str:
+    """The path the app routes on: mounted in another app (`root_path` "/llm"), "/llm/health"
+    is this app's "/health", which must stay open as it is at the root."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root + "/"):
+        return path[len(root) :]
+    return path
+
+
 class AccessGuard:
     def __init__(
         self,
@@ -96,7 +106,7 @@ class AccessGuard:
                 "`Authorization: Bearer <key>` (or, from a browser WebSocket, the "
                 "subprotocol realtime-key.<key>)"
             )
-        if scope["path"] in self.open_paths:
+        if route_path(scope) in self.open_paths:
             return None
         origin, host = header(headers, b"origin"), header(headers, b"host")
         if not self.origins.allows(origin, host, scope.get("scheme", "http")):

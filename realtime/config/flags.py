@@ -32,6 +32,7 @@ from realtime.config.values import (
     POSITIVE_NUMBER,
     Integer,
     api_key,
+    engine_option,
     gpu_split,
 )
 from realtime.engine.registry import engine_names
@@ -139,10 +140,22 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--engine",
         "server",
-        "engine to serve (default %(default)s); auto = exllamav2 when a CUDA GPU can"
-        " run it, else cpu",
+        "engine to serve (default %(default)s): "
+        + ", ".join(engine_names())
+        + ", auto (exllamav2 when a CUDA GPU can run it, else cpu), or package.module:factory"
+        " (docs/howto/write-an-engine.md)",
         field="engine",
-        choices=(*engine_names(), "auto"),
+        metavar="ENGINE",
+    ),
+    Flag(
+        "--engine-option",
+        "server",
+        "a keyword argument for the engine's factory (repeatable); VALUE is read as JSON"
+        " when it is JSON, else as text (default: none)",
+        adds_to="engine_options",
+        value=engine_option,
+        metavar="KEY=VALUE",
+        kind="repeat",
     ),
     Flag(
         "--model-name",

@@ -9,7 +9,9 @@ checks and the range its documentation states are one.
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from realtime.asgi.auth import validate_key
 
@@ -88,3 +90,15 @@ def gpu_split(text: str) -> list[float]:
     if not split or any(gb <= 0 for gb in split):
         raise argparse.ArgumentTypeError(f"every GPU needs a positive number of GB, got {text!r}")
     return split
+
+
+def engine_option(text: str) -> tuple[str, Any]:
+    """`KEY=VALUE` for the engine's factory: VALUE as JSON when it parses (numbers, true,
+    lists), else the text itself."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE with KEY a name, got {text!r}")
+    try:
+        return key, json.loads(raw)
+    except ValueError:
+        return key, raw

@@ -25,7 +25,12 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 
 from realtime.engine.base import EngineOutput, EngineRequest
-from realtime.engine.errors import EngineFailure, EngineUnavailable
+from realtime.engine.errors import (
+    EngineFailure,
+    EngineRequestError,
+    EngineUnavailable,
+    RequestPart,
+)
 from realtime.engine.recent import RecentDict
 from realtime.model.generation import FinishReason, TokenLogprob
 from realtime.model.info import ModelInfo
@@ -94,6 +99,18 @@ class EchoTokenizer:
         return _EchoDecodeStream(self)
 
 
+def check_context(request: EngineRequest, context_length: int) -> None:
+    """Refuse a prompt that leaves no room for one token (the pipeline checks it first;
+    an engine driven directly must too)."""
+    if len(request.prompt_token_ids) >= context_length:
+        raise EngineRequestError(
+            f"the prompt is {len(request.prompt_token_ids)} tokens; the model's context is "
+            f"{context_length} tokens",
+            part=RequestPart.PROMPT,
+            exceeds_context=True,
+        )
+
+
 @dataclass
 class EchoStats:
     """Counters a test can read to prove generation started and stopped."""
@@ -149,6 +166,7 @@ class EchoEngine:
     async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
         if self.unavailable is not None:
             raise EngineUnavailable(f"engine unavailable: {self.unavailable}")
+        check_context(request, self._info.context_length)
         stats = self.stats
         stats.requests_started += 1
         stats.active += 1

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from realtime.engine.base import EngineOutput, EngineRequest
-from realtime.engine.echo import EchoStats, EchoTokenizer
+from realtime.engine.echo import EchoStats, EchoTokenizer, check_context
 from realtime.engine.errors import EngineFailure
 from realtime.engine.recent import RecentList
 from realtime.model.generation import FinishReason, TokenLogprob
@@ -224,6 +224,7 @@ class ScriptedEngine:
         )
 
     async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
+        check_context(request, self._info.context_length)
         tokenizer = self._info.tokenizer
         prompt = tokenizer.decode(request.prompt_token_ids, skip_special_tokens=False)
         self.prompts.append(prompt)

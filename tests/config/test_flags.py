@@ -89,6 +89,8 @@ def _sample(flag: Flag) -> tuple[list[str], object]:
         return [flag.option, "sk-one", flag.option, "sk-two"], ("sk-one", "sk-two")
     if flag.none_as is not None and getattr(ServerConfig(), flag.field) is not None:
         return [flag.option, str(flag.none_as)], None  # `--ws-ping-interval 0`: None
+    if flag.option == "--engine":  # any name or package.module:factory; it must exist
+        return [flag.option, "scripted"], "scripted"
     if flag.choices is not None:
         choice = next(c for c in flag.choices if c not in (flag.default(), "auto"))
         return [flag.option, choice], choice

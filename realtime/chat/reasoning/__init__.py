@@ -4,6 +4,7 @@ from realtime.chat.reasoning.base import ReasoningParser
 from realtime.chat.reasoning.registry import (
     create_reasoning_parser,
     detect_reasoning_parser,
+    parse_reasoning,
     reasoning_parser_class,
     reasoning_parser_names,
     resolve_reasoning_parser,
@@ -17,6 +18,7 @@ __all__ = [
     "TagReasoningParser",
     "create_reasoning_parser",
     "detect_reasoning_parser",
+    "parse_reasoning",
     "reasoning_parser_class",
     "reasoning_parser_names",
     "resolve_reasoning_parser",

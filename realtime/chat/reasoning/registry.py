@@ -9,6 +9,7 @@ from realtime.chat.reasoning.deepseek_r1 import DeepSeekR1ReasoningParser
 from realtime.chat.reasoning.mistral import MistralReasoningParser
 from realtime.chat.reasoning.qwen3 import Qwen3ReasoningParser
 from realtime.chat.reasoning.tags import TagReasoningParser
+from realtime.chat.tools.events import ParsedOutput
 from realtime.chat.tools.registry import UnknownParserError
 
 _PARSERS: dict[str, type[TagReasoningParser]] = {
@@ -76,6 +77,24 @@ def create_reasoning_parser(
     elif tail.endswith(end):
         enabled = False
     return cls(enabled=enabled, starts_in_reasoning=starts_in, start_tag=start, end_tag=end)
+
+
+def parse_reasoning(
+    text: str,
+    parser: str,
+    *,
+    prompt: str | None = None,
+    enable_thinking: bool | None = None,
+) -> ParsedOutput:
+    """The reasoning and the answer (`content`) of a complete model output.
+
+    `parser` is a name from `reasoning_parser_names()` (UnknownParserError
+    otherwise); `prompt` and `enable_thinking` mean what they mean for
+    `create_reasoning_parser` (a prompt ending in the start tag: the output begins
+    inside the reasoning).
+    """
+    created = create_reasoning_parser(parser, prompt=prompt, enable_thinking=enable_thinking)
+    return created.parse(text)
 
 
 def detect_reasoning_parser(template_source: str | None) -> str | None:

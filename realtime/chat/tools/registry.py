@@ -7,10 +7,12 @@ message.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from realtime.chat.tools.base import ToolParser, ToolSpec
+from realtime.chat.tools.base import ToolParser, ToolSpec, tool_specs
 from realtime.chat.tools.deepseek_v3 import DeepSeekV3ToolParser
+from realtime.chat.tools.events import ParsedOutput
 from realtime.chat.tools.hermes import HermesToolParser
 from realtime.chat.tools.json_only import JsonToolParser
 from realtime.chat.tools.llama3_json import Llama3JsonToolParser
@@ -66,6 +68,23 @@ def create_tool_parser(
     id_factory: Callable[[], str] | None = None,
 ) -> ToolParser:
     return tool_parser_class(name)(tools, incremental=incremental, id_factory=id_factory)
+
+
+def parse_tool_calls(
+    text: str,
+    parser: str,
+    tools: Sequence[ToolSpec | Mapping[str, Any]] | None = None,
+) -> ParsedOutput:
+    """The tool calls and the remaining content of a complete model output.
+
+    `parser` is a name from `tool_parser_names()` (UnknownParserError otherwise).
+    `tools` are the declared tools, as ToolSpecs or OpenAI-shaped dicts: when
+    given, a call to a name not among them stays content, as the server does.
+    Only well-formed calls are returned; a malformed one is left in `content`.
+    """
+    specs = [t for t in tools or () if isinstance(t, ToolSpec)]
+    specs += tool_specs([t for t in tools or () if not isinstance(t, ToolSpec)])
+    return tool_parser_class(parser).parse(text, specs or None)
 
 
 # Most specific first: Qwen3-Coder's template also mentions <tool_call>, and a
