@@ -17,18 +17,45 @@ from pathlib import Path
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
+#: Ids kept before the held ones, so `finish` decodes them in context (a metaspace
+#: or byte-level decoder treats the first token of a decode differently).
+_CONTEXT_IDS = 4
+
 
 class HFDecodeStream:
     """One request's incremental decoder (see `realtime.model.tokenizer.DecodeStream`)."""
 
     def __init__(self, tokenizer: Tokenizer, *, skip_special_tokens: bool):
         self._tokenizer = tokenizer
+        self._skip = skip_special_tokens
         self._stream = DecodeStream(skip_special_tokens=skip_special_tokens)
+        self._context: list[int] = []
+        self._held: list[int] = []
 
     def step(self, token_id: int) -> str | None:
         """Text completed by this token, or None while it is held back."""
         piece: str | None = self._stream.step(self._tokenizer, token_id)
+        if piece is None:
+            self._held.append(token_id)
+        else:
+            self._context = [*self._context, *self._held, token_id][-_CONTEXT_IDS:]
+            self._held = []
         return piece
+
+    def finish(self) -> str:
+        """What is still held back when the answer ends.
+
+        The library holds a token back while its text ends in U+FFFD, taking it for
+        part of a UTF-8 character; a text that really ends in U+FFFD, or an answer
+        cut inside a character (shown as U+FFFD, as OpenAI does), would be lost.
+        """
+        if not self._held:
+            return ""
+        ids = [*self._context, *self._held]
+        whole: str = self._tokenizer.decode(ids, skip_special_tokens=self._skip)
+        before: str = self._tokenizer.decode(self._context, skip_special_tokens=self._skip)
+        self._context, self._held = ids[-_CONTEXT_IDS:], []
+        return whole[len(before) :] if whole.startswith(before) else whole
 
 
 class HFTokenizer:

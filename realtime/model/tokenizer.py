@@ -17,7 +17,12 @@ class DecodeStream(Protocol):
     """Incremental decoding: feed ids one at a time, get text only once it is whole."""
 
     def step(self, token_id: int) -> str | None:
-        """Text completed by this token, or None while a character is still partial."""
+        """Text completed by this token, or None while a character is still partial.
+
+        A stream that holds text back may also have `finish() -> str`, called once
+        when the answer ends, returning what it still holds (optional, so a
+        third-party tokenizer without it keeps working).
+        """
         ...
 
 

@@ -70,6 +70,11 @@ async def text_steps(
                     finish = FinishReason.STOP
                 elif out.finish_reason is not None:
                     finish = out.finish_reason
+                    held = getattr(decoder, "finish", None)
+                    if held is not None:
+                        emit += stops.feed(held(), check=generated > min_tokens)
+                    if stops.matched is not None:
+                        finish = FinishReason.STOP
                     emit += stops.flush()
                 yield TextStep(
                     out.token_ids, emit, out.logprobs, finish, out.cached_tokens, out.error

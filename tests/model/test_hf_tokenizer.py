@@ -38,7 +38,9 @@ def stream(
     tokenizer: HFTokenizer, ids: list[int], *, skip_special_tokens: bool = True
 ) -> list[str]:
     decoder = tokenizer.decode_stream(skip_special_tokens=skip_special_tokens)
-    return [piece for piece in (decoder.step(i) for i in ids) if piece is not None]
+    pieces = [piece for piece in (decoder.step(i) for i in ids) if piece is not None]
+    tail = decoder.finish()
+    return [*pieces, tail] if tail else pieces
 
 
 def test_satisfies_the_pipeline_contract(tokenizer: HFTokenizer) -> None:
@@ -112,6 +114,27 @@ def test_stream_of_any_text_is_whole_characters(tokenizer: HFTokenizer, text: st
     pieces = stream(tokenizer, tokenizer.encode(text), skip_special_tokens=False)
     assert "".join(pieces) == text
     assert all("\ufffd" not in piece for piece in pieces if "\ufffd" not in text)
+
+
+@pytest.mark.parametrize("text", ["\ufffd", "ab\ufffd", "\ufffd\ufffd", "a\ufffdb"])
+def test_a_text_ending_in_the_replacement_character_keeps_it(
+    tokenizer: HFTokenizer, text: str
+) -> None:
+    """The library holds back text ending in U+FFFD as a partial character; `finish`
+    gives it up when the answer ends (found by hypothesis: "\ufffd" streamed as '')."""
+    decoder = tokenizer.decode_stream()
+    pieces = [decoder.step(i) for i in tokenizer.encode(text)]
+    assert "".join(p for p in pieces if p) + decoder.finish() == text
+    assert decoder.finish() == ""
+
+
+def test_an_answer_cut_inside_a_character_ends_in_the_replacement_character(
+    tokenizer: HFTokenizer,
+) -> None:
+    ids = tokenizer.encode("ok 🚀")
+    decoder = tokenizer.decode_stream()
+    shown = "".join(p for p in (decoder.step(i) for i in ids[:-1]) if p)
+    assert shown + decoder.finish() == "ok \ufffd"
 
 
 def test_stream_hides_special_tokens_only_when_asked(tokenizer: HFTokenizer) -> None:
