@@ -84,6 +84,16 @@ class ServerConfig:
     #: closed with 1008 (slow consumer). 0 = never (generation just pauses).
     slow_consumer_seconds: float = 15.0
 
+    # /v1/responses
+    #: Directory of the SQLite response store (`store: true` responses, kept across
+    #: restarts); None keeps them in memory only. `realtime serve` defaults it to a
+    #: per-user data directory (see `--response-store`).
+    response_store_dir: str | None = None
+    #: Seconds a stored response is kept (OpenAI keeps them 30 days); 0 = no age limit.
+    response_store_max_age_seconds: float = 30 * 24 * 3600.0
+    #: Bytes of stored responses (their JSON); beyond it the oldest go. 0 = no limit.
+    response_store_max_bytes: int = 1024 * 1024 * 1024
+
     # both transports
     #: Server cap on max_tokens / max_completion_tokens; None = the model's context.
     max_tokens_cap: int | None = None

@@ -33,6 +33,8 @@ LAYERS: list[set[str]] = [
     {"constrain"},
     # requests in, chunks out: drives an engine through the chat logic
     {"pipeline"},
+    # the Responses API over the chat pipeline, for both transports; its store
+    {"responses"},
     # server settings
     {"config"},
     # what both transports share: the access guard, the error response
