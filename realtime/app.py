@@ -97,6 +97,7 @@ def response_store(config: ServerConfig) -> ResponseStore:
     memory. Raises ValueError when the directory cannot hold it."""
     age, size = config.response_store_max_age_seconds, config.response_store_max_bytes
     if config.response_store_dir is None:
+        log.info("stored responses are kept in memory (lost on restart; see --response-store)")
         return MemoryResponseStore(max_age_seconds=age, max_bytes=size)
     return SQLiteResponseStore(config.response_store_dir, max_age_seconds=age, max_bytes=size)
 

@@ -132,7 +132,36 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_model_arguments(serve, d)
     _add_hardening_arguments(serve, d)
+    _add_response_store_arguments(serve, d)
     return parser
+
+
+def _add_response_store_arguments(serve: argparse.ArgumentParser, d: ServerConfig) -> None:
+    """Where `store: true` responses (/v1/responses) are kept, and for how long."""
+    store = serve.add_argument_group("responses")
+    store.add_argument(
+        "--response-store",
+        metavar="DIR",
+        default=d.response_store_dir,
+        help="directory of the SQLite file that keeps stored responses across restarts"
+        " (created if missing); default: in memory only, lost on restart",
+    )
+    store.add_argument(
+        "--response-store-max-age",
+        type=_non_negative_float,
+        default=d.response_store_max_age_seconds,
+        metavar="SECONDS",
+        help="seconds a stored response is kept (default %(default)s = 30 days; 0 = no age"
+        " limit)",
+    )
+    store.add_argument(
+        "--response-store-max-bytes",
+        type=_non_negative_int,
+        default=d.response_store_max_bytes,
+        metavar="BYTES",
+        help="bytes of stored responses; beyond it the oldest are deleted (default"
+        " %(default)s = 1 GiB; 0 = no limit)",
+    )
 
 
 def _gpu_split(text: str) -> list[float]:
@@ -520,6 +549,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         ui=not args.no_ui,
         speculative_timeout_seconds=args.speculative_timeout,
         max_speculative=args.max_speculative,
+        response_store_dir=args.response_store,
+        response_store_max_age_seconds=args.response_store_max_age,
+        response_store_max_bytes=args.response_store_max_bytes,
     )
 
 

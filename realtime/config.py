@@ -86,8 +86,7 @@ class ServerConfig:
 
     # /v1/responses
     #: Directory of the SQLite response store (`store: true` responses, kept across
-    #: restarts); None keeps them in memory only. `realtime serve` defaults it to a
-    #: per-user data directory (see `--response-store`).
+    #: restarts); None keeps them in memory only (nothing is written unless asked).
     response_store_dir: str | None = None
     #: Seconds a stored response is kept (OpenAI keeps them 30 days); 0 = no age limit.
     response_store_max_age_seconds: float = 30 * 24 * 3600.0

@@ -112,9 +112,8 @@ class SQLiteResponseStore:
         future.add_done_callback(lambda done: self._written(record, done))
 
     async def get(self, response_id: str, owner: str | None) -> StoredResponse | None:
-        pending = self._pending.get(response_id)
-        if pending is not None:
-            return pending if pending.owner == owner else None
+        if response_id in self._pending:
+            return self._pending_for(response_id, owner)
         found: StoredResponse | None = await self._run(self._get, response_id, owner)
         return found
 
@@ -139,9 +138,13 @@ class SQLiteResponseStore:
         deleted: bool = await self._run(self._delete, response_id, owner)
         return deleted or pending is not None
 
-    async def close(self) -> None:
+    async def flush(self) -> None:
+        """Wait until every record put so far is written (or failed)."""
         if self._writes:
             await asyncio.gather(*self._writes, return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.flush()
         await self._run(self._close)
         self._executor.shutdown(wait=True)
 
@@ -149,7 +152,9 @@ class SQLiteResponseStore:
 
     def _pending_for(self, response_id: str, owner: str | None) -> StoredResponse | None:
         record = self._pending.get(response_id)
-        return record if record is not None and record.owner == owner else None
+        if record is None or record.owner != owner or record.created_at < self._oldest_kept():
+            return None
+        return record
 
     def _written(self, record: StoredResponse, done: asyncio.Future[None]) -> None:
         self._writes.discard(done)

@@ -155,6 +155,9 @@ class MemoryResponseStore:
         self.bytes -= size
         return True
 
+    async def flush(self) -> None:
+        """Nothing to wait for: a put is done when it returns."""
+
     async def close(self) -> None:
         self._records.clear()
         self.bytes = 0

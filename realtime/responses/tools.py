@@ -14,7 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from realtime.protocol.errors import InvalidRequestError, UnsupportedFeatureError
+from realtime.protocol.errors import (
+    InvalidRequestError,
+    UnknownFieldError,
+    UnsupportedFeatureError,
+)
 from realtime.responses.validation import client_error, invalid_type
 
 
@@ -160,10 +164,9 @@ def parse_tool_choice(raw: str | dict[str, Any] | None, tools: FunctionTools) ->
     if kind == "function":
         extra = sorted(set(raw) - {"type", "name"})
         if extra:
-            raise InvalidRequestError(
+            raise UnknownFieldError(
                 f"Unrecognized request argument supplied: tool_choice.{extra[0]}",
                 param=f"tool_choice.{extra[0]}",
-                code="unknown_field",
             )
         name = raw.get("name")
         if not isinstance(name, str):

@@ -31,8 +31,9 @@ def client_error(exc: ValidationError, prefix: str = "") -> InvalidRequestError:
     """The error the client sees for `exc`, its `param` being `prefix` + the field's path."""
     errors = exc.errors(include_url=False)
     # For a union (content: str | list) pydantic reports every member; the error
-    # that got deepest into the input is the one the client can act on.
-    first = max(errors, key=lambda e: len(e["loc"]))
+    # that got deepest into the input is the one the client can act on. At one depth
+    # an unknown field goes first: `txt` for `text` is a typo, not two mistakes.
+    first = max(errors, key=lambda e: (len(e["loc"]), e["type"] == "extra_forbidden"))
     param = join_path(prefix, _path(first["loc"]))
     kind = first["type"]
     if kind == "extra_forbidden":
