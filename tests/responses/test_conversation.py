@@ -16,11 +16,16 @@ def test_messages_keep_their_roles_and_parts() -> None:
     items = normalize_input(
         [
             {"role": "developer", "content": "dev"},
-            {"role": "user", "content": [{"type": "input_text", "text": "a"},
-                                         {"type": "input_text", "text": "b"}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "a"},
+                    {"type": "input_text", "text": "b"},
+                ],
+            },
             {"role": "assistant", "content": "reply"},
         ]
-    )  # fmt: skip
+    )
     assert chat_messages(items, "sys") == [
         {"role": "system", "content": "sys"},
         {"role": "developer", "content": "dev"},
@@ -33,14 +38,18 @@ def test_consecutive_calls_are_one_assistant_turn_and_outputs_are_tool_messages(
     items = normalize_input(
         [
             {"role": "user", "content": "q"},
-            {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "r"}]},
+            {
+                "type": "reasoning",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": "r"}],
+            },
             call("c1", "add", '{"a": 1}'),
             call("c2", "mul", '{"b": 2}'),
             {"type": "function_call_output", "call_id": "c1", "output": "1"},
             {"type": "function_call_output", "call_id": "c2", "output": "2"},
             {"role": "assistant", "content": "done"},
         ]
-    )  # fmt: skip
+    )
     messages = chat_messages(items, None)
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool", "assistant"]
     turn = messages[1]
@@ -59,13 +68,28 @@ def test_an_answer_renders_as_the_chat_api_sends_it_back() -> None:
         tool_calls=[ParsedToolCall("call_1", "get_weather", '{"city": "Oslo"}')],
     )
     output = [
-        {"type": "reasoning", "id": "rs_1", "summary": [],
-         "content": [{"type": "reasoning_text", "text": "thinking"}]},
-        {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
-         "content": [{"type": "output_text", "text": "Checking.", "annotations": []}]},
-        {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather",
-         "arguments": '{"city": "Oslo"}', "status": "completed"},
-    ]  # fmt: skip
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": "thinking"}],
+        },
+        {
+            "type": "message",
+            "id": "msg_1",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "Checking.", "annotations": []}],
+        },
+        {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "call_1",
+            "name": "get_weather",
+            "arguments": '{"city": "Oslo"}',
+            "status": "completed",
+        },
+    ]
     assert chat_messages(output, None) == [assistant_message(parsed)]
     only_calls = ParsedOutput(tool_calls=parsed.tool_calls)
     assert chat_messages(output[2:], None) == [assistant_message(only_calls)]
@@ -76,11 +100,16 @@ def test_an_answer_renders_as_the_chat_api_sends_it_back() -> None:
 def test_reasoning_falls_back_to_its_summary() -> None:
     items = normalize_input(
         [
-            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "s1"},
-                                              {"type": "summary_text", "text": "s2"}]},
+            {
+                "type": "reasoning",
+                "summary": [
+                    {"type": "summary_text", "text": "s1"},
+                    {"type": "summary_text", "text": "s2"},
+                ],
+            },
             {"role": "assistant", "content": "a"},
         ]
-    )  # fmt: skip
+    )
     assert chat_messages(items, None) == [
         {"role": "assistant", "content": "a", "reasoning_content": "s1\ns2"}
     ]

@@ -34,14 +34,20 @@ def test_every_supported_item_type_is_normalized() -> None:
     request = parse(
         input=[
             {"role": "system", "content": "sys"},
-            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "d"}]},
+            {
+                "type": "message",
+                "role": "developer",
+                "content": [{"type": "input_text", "text": "d"}],
+            },
             {"role": "assistant", "content": "earlier", "phase": "final_answer"},
             {
                 "type": "message",
                 "role": "assistant",
                 "id": "msg_given",
                 "status": "completed",
-                "content": [{"type": "output_text", "text": "t", "annotations": [], "logprobs": []}],
+                "content": [
+                    {"type": "output_text", "text": "t", "annotations": [], "logprobs": []}
+                ],
             },
             {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "s"}]},
             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
@@ -78,7 +84,11 @@ def test_every_supported_item_type_is_normalized() -> None:
         ({"input": "x", "stream": "yes"}, InvalidTypeError, "stream"),
         ({"input": 5}, InvalidTypeError, "input"),
         ({"input": ["text"]}, InvalidTypeError, "input.0"),
-        ({"input": [{"role": "user", "content": "x", "extra": 1}]}, UnknownFieldError, "input.0.extra"),
+        (
+            {"input": [{"role": "user", "content": "x", "extra": 1}]},
+            UnknownFieldError,
+            "input.0.extra",
+        ),
         ({"input": [{"role": "robot", "content": "x"}]}, InvalidRequestError, "input.0.role"),
         ({"input": [{"role": "user"}]}, InvalidRequestError, "input.0.content"),
         ({"input": [{"role": "user", "content": 3}]}, InvalidTypeError, "input.0.content"),
@@ -98,8 +108,16 @@ def test_every_supported_item_type_is_normalized() -> None:
             "input.0.content.0.type",
         ),
         ({"input": [{"role": "user", "content": [7]}]}, InvalidTypeError, "input.0.content.0"),
-        ({"input": [{"type": "web_search_call", "id": "w"}]}, UnsupportedFeatureError, "input.0.type"),
-        ({"input": [{"type": "item_reference", "id": "x"}]}, UnsupportedFeatureError, "input.0.type"),
+        (
+            {"input": [{"type": "web_search_call", "id": "w"}]},
+            UnsupportedFeatureError,
+            "input.0.type",
+        ),
+        (
+            {"input": [{"type": "item_reference", "id": "x"}]},
+            UnsupportedFeatureError,
+            "input.0.type",
+        ),
         ({"input": [{"type": "nonsense"}]}, InvalidRequestError, "input.0.type"),
         ({"input": [{"type": 5}]}, InvalidTypeError, "input.0.type"),
         (
@@ -135,7 +153,11 @@ def test_every_supported_item_type_is_normalized() -> None:
             InvalidRequestError,
             "input.0.summary.0.text",
         ),
-        ({"input": "x", "tools": [{"type": "web_search"}]}, UnsupportedFeatureError, "tools.0.type"),
+        (
+            {"input": "x", "tools": [{"type": "web_search"}]},
+            UnsupportedFeatureError,
+            "tools.0.type",
+        ),
         ({"input": "x", "tools": [{"type": "spaceship"}]}, InvalidRequestError, "tools.0.type"),
         ({"input": "x", "tools": ["f"]}, InvalidTypeError, "tools.0"),
         (
@@ -165,25 +187,49 @@ def test_every_supported_item_type_is_normalized() -> None:
             UnsupportedFeatureError,
             "tool_choice",
         ),
-        ({"input": "x", "tool_choice": {"type": "teleport"}}, InvalidRequestError, "tool_choice.type"),
-        ({"input": "x", "text": {"format": {"type": "yaml"}}}, InvalidRequestError, "text.format.type"),
+        (
+            {"input": "x", "tool_choice": {"type": "teleport"}},
+            InvalidRequestError,
+            "tool_choice.type",
+        ),
+        (
+            {"input": "x", "text": {"format": {"type": "yaml"}}},
+            InvalidRequestError,
+            "text.format.type",
+        ),
         ({"input": "x", "text": {"colour": "red"}}, UnknownFieldError, "text.colour"),
         ({"input": "x", "include": ["everything"]}, InvalidRequestError, "include.0"),
-        ({"input": "x", "reasoning": {"effort": "low", "depth": 3}}, UnknownFieldError, "reasoning.depth"),
+        (
+            {"input": "x", "reasoning": {"effort": "low", "depth": 3}},
+            UnknownFieldError,
+            "reasoning.depth",
+        ),
         ({"input": "x", "metadata": {"k": 1}}, InvalidTypeError, "metadata.k"),
-        ({"input": "x", "metadata": {f"k{i}": "v" for i in range(17)}}, InvalidRequestError, "metadata"),
+        (
+            {"input": "x", "metadata": {f"k{i}": "v" for i in range(17)}},
+            InvalidRequestError,
+            "metadata",
+        ),
         ({"input": "x", "metadata": {"k" * 65: "v"}}, InvalidRequestError, "metadata"),
         ({"input": "x", "metadata": {"k": "v" * 513}}, InvalidRequestError, "metadata.k"),
         ({"input": "x", "temperature": 3}, InvalidRequestError, "temperature"),
         ({"input": "x", "top_p": 0}, InvalidRequestError, "top_p"),
         ({"input": "x", "top_logprobs": 21}, InvalidRequestError, "top_logprobs"),
         ({"input": "x", "max_output_tokens": 0}, InvalidRequestError, "max_output_tokens"),
-        ({"input": "x", "stream_options": {"include_obfuscation": False}}, InvalidRequestError, "stream_options"),
+        (
+            {"input": "x", "stream_options": {"include_obfuscation": False}},
+            InvalidRequestError,
+            "stream_options",
+        ),
         ({"input": "x", "background": True}, UnsupportedFeatureError, "background"),
         ({"input": "x", "truncation": "auto"}, UnsupportedFeatureError, "truncation"),
         ({"input": "x", "conversation": "conv_1"}, UnsupportedFeatureError, "conversation"),
         ({"input": "x", "prompt": {"id": "p"}}, UnsupportedFeatureError, "prompt"),
-        ({"input": "x", "context_management": [{"type": "compaction"}]}, UnsupportedFeatureError, "context_management"),
+        (
+            {"input": "x", "context_management": [{"type": "compaction"}]},
+            UnsupportedFeatureError,
+            "context_management",
+        ),
         ({"input": "x", "moderation": {"model": "m"}}, UnsupportedFeatureError, "moderation"),
         ({"input": "x", "background_options": {}}, UnsupportedFeatureError, "background_options"),
         (
@@ -192,7 +238,7 @@ def test_every_supported_item_type_is_normalized() -> None:
             "prompt_cache_options.prewarm",
         ),
     ],
-)  # fmt: skip
+)
 def test_bad_input_is_a_400_naming_the_field(
     body: dict[str, Any], error: type[InvalidRequestError], param: str
 ) -> None:

@@ -39,7 +39,9 @@ WEATHER = {
 def make_service(**parsers: str) -> ResponsesService:
     engine = EchoEngine()
     asyncio.run(engine.start())
-    pipeline = ChatPipeline(engine, **{"tool_parser": "none", "reasoning_parser": "none", **parsers})
+    pipeline = ChatPipeline(
+        engine, **{"tool_parser": "none", "reasoning_parser": "none", **parsers}
+    )
     return ResponsesService(pipeline, MemoryResponseStore())
 
 
@@ -155,9 +157,7 @@ def test_logprobs_ride_on_the_text_when_included() -> None:
     assert "".join(entry["token"] for entry in part["logprobs"]) == "Hello there"
     assert all(len(entry["top_logprobs"]) <= 2 for entry in part["logprobs"])
     plain = run(make_service(), input="Hello there")
-    assert all(
-        e["logprobs"] == [] for e in plain if e["type"] == "response.output_text.delta"
-    )
+    assert all(e["logprobs"] == [] for e in plain if e["type"] == "response.output_text.delta")
     assert "logprobs" not in plain[-1]["response"]["output"][0]["content"][0]
 
 
