@@ -31,6 +31,7 @@ from tests.fuzz.hostile_json import (
     every_deep_chat,
     hostile_chat_bodies,
     hostile_completion_bodies,
+    hostile_responses_bodies,
 )
 
 EXAMPLES = 300
@@ -107,8 +108,9 @@ def _check_answer(response: httpx.Response, stats: dict[str, int]) -> None:
             if line.startswith("data: {"):
                 event = json.loads(line[len("data: ") :])
                 assert "error" not in event, event
+                assert event.get("type") not in ("error", "response.failed"), event
     else:
-        assert response.json()["object"] in ("chat.completion", "text_completion")
+        assert response.json()["object"] in ("chat.completion", "text_completion", "response")
 
 
 def test_fuzzed_bodies_never_get_a_5xx(fuzz_server: RunningServer, error_log: ErrorLog) -> None:
@@ -146,6 +148,42 @@ def test_fuzzed_bodies_never_get_a_5xx(fuzz_server: RunningServer, error_log: Er
             json={"model": "echo", "messages": [{"role": "user", "content": "after"}]},
         )
         assert ok.json()["choices"][0]["message"]["content"] == "after"
+    finally:
+        client.close()
+        neighbour.stop.set()
+        neighbour.join(30)
+    assert not neighbour.failures, neighbour.failures
+    assert neighbour.done > 0
+    assert stats.get("400", 0) > EXAMPLES // 2 and stats.get("200", 0) > 10, stats
+    assert not error_log.records, [r.getMessage() for r in error_log.records]
+
+
+def test_fuzzed_responses_bodies_never_get_a_5xx(
+    fuzz_server: RunningServer, error_log: ErrorLog
+) -> None:
+    """/v1/responses: odd items, tools and fields, and deep JSON in every free-form place."""
+    neighbour = Neighbour(fuzz_server.http_url)
+    neighbour.start()
+    stats: dict[str, int] = {}
+    client = httpx.Client(base_url=fuzz_server.http_url, timeout=30)
+    headers = {"content-type": "application/json"}
+
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(hostile_responses_bodies)
+    def one_body(body: str) -> None:
+        _check_answer(client.post("/v1/responses", content=body, headers=headers), stats)
+
+    try:
+        one_body()
+        ok = client.post("/v1/responses", json={"model": "echo", "input": "after"})
+        assert ok.json()["output"][0]["content"][0]["text"] == "after"
     finally:
         client.close()
         neighbour.stop.set()
