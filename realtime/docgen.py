@@ -38,6 +38,20 @@ from realtime.protocol.frame_models import CLIENT_FRAMES, SERVER_FRAMES
 from realtime.protocol.request import ChatCompletionRequest
 from realtime.protocol.response import ChatCompletion, ChatCompletionChunk, ErrorBody
 from realtime.protocol.states import REQUEST, SETUP, SOCKET
+from realtime.responses.items import (
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    MessageItem,
+    ReasoningItem,
+)
+from realtime.responses.request import ResponsesRequest
+from realtime.responses.schemas import (
+    DeletedResponse,
+    InputItemList,
+    ResponseStreamEvent,
+)
+from realtime.responses.schemas import Response as ResponseObject
+from realtime.responses.tools import FunctionTool
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 REF = "#/components/schemas/{model}"
@@ -101,6 +115,10 @@ LIMITS: list[tuple[str, str, str, str]] = [
     ("--body-timeout", "body_timeout_seconds", "seconds",
      "a request body that stalls this long while the server waits for it: 408"
      " `request_timeout` (0 = no limit)"),
+    ("--response-store-max-age", "response_store_max_age_seconds", "seconds",
+     "a stored response older than this is deleted and no longer found (0 = no age limit)"),
+    ("--response-store-max-bytes", "response_store_max_bytes", "bytes",
+     "stored responses (their JSON) beyond this: the oldest are deleted (0 = no limit)"),
     ("--sse-keepalive", "sse_keepalive_seconds", "seconds",
      "of SSE silence before a `: keep-alive` comment"),
     ("--shutdown-grace", "shutdown_grace_seconds", "seconds",
@@ -167,12 +185,23 @@ _ERROR_STATUSES = {
     " max_tokens over the cap, a key in the query string)",
     "401": "Missing or wrong API key (when the server has keys)",
     "403": "Origin not allowed",
-    "404": "Unknown model",
+    "404": "Unknown model, or an unknown response id",
     "500": "Engine or internal error",
     "503": "Engine unavailable, or the server is shutting down",
 }
 
 _OPEN_PATHS = {"/health", "/ready"}
+
+
+def _path_param(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _query_param(name: str, kind: str) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": kind}
+    if kind == "array":
+        schema["items"] = {"type": "string"}
+    return {"name": name, "in": "query", "required": False, "schema": schema}
 
 
 def _openapi_path(path: str) -> str:
@@ -205,6 +234,16 @@ def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
         (ServedModel, "serialization"),
         (Health, "serialization"),
         (Readiness, "serialization"),
+        (ResponsesRequest, "validation"),
+        (MessageItem, "validation"),
+        (FunctionCallItem, "validation"),
+        (FunctionCallOutputItem, "validation"),
+        (ReasoningItem, "validation"),
+        (FunctionTool, "validation"),
+        (ResponseObject, "serialization"),
+        (ResponseStreamEvent, "serialization"),
+        (InputItemList, "serialization"),
+        (DeletedResponse, "serialization"),
     ]
     refs, schemas = component_schemas(models)
 
@@ -262,6 +301,62 @@ def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
                 },
                 **errors("400", "401", "403", "404", "500", "503"),
             },
+        },
+        ("/v1/responses", "post"): {
+            "summary": "Create a response (the OpenAI Responses API)",
+            "description": "`input` is a string or a list of items: "
+            + ", ".join(f"`{m.__name__}`" for m in
+                        (MessageItem, FunctionCallItem, FunctionCallOutputItem, ReasoningItem))
+            + "; `tools` are `FunctionTool`s. `stream: false` (the default): one Response."
+            " `stream: true`: server-sent events, each `event: <type>` and"
+            " `data: <ResponseStreamEvent>`, numbered by `sequence_number`, ending with"
+            " `response.completed`, `response.incomplete` or `response.failed` (no"
+            " `[DONE]`). `store` (default true) keeps the response for GET and"
+            " `previous_response_id`.",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": ref(ResponsesRequest, "validation")}},
+            },
+            "responses": {
+                "200": {
+                    "description": "The Response, or its events as server-sent events",
+                    "content": {
+                        "application/json": {"schema": ref(ResponseObject)},
+                        "text/event-stream": {"schema": ref(ResponseStreamEvent)},
+                    },
+                },
+                **errors("400", "401", "403", "404", "500", "503"),
+            },
+        },
+        ("/v1/responses/{response_id}", "get"): {
+            "summary": "A stored response",
+            "parameters": [_path_param("response_id"), _query_param("include", "array")],
+            "responses": {"200": json_body(ref(ResponseObject), "The Response"),
+                          **errors("400", "401", "403", "404")},
+        },
+        ("/v1/responses/{response_id}", "delete"): {
+            "summary": "Delete a stored response",
+            "parameters": [_path_param("response_id")],
+            "responses": {"200": json_body(ref(DeletedResponse), "Deleted"),
+                          **errors("400", "401", "403", "404")},
+        },
+        ("/v1/responses/{response_id}/input_items", "get"): {
+            "summary": "A stored response's input items, a page at a time",
+            "parameters": [
+                _path_param("response_id"),
+                _query_param("after", "string"),
+                _query_param("limit", "integer"),
+                _query_param("order", "string"),
+                _query_param("include", "array"),
+            ],
+            "responses": {"200": json_body(ref(InputItemList), "A page of input items"),
+                          **errors("400", "401", "403", "404")},
+        },
+        ("/v1/responses/{response_id}/cancel", "post"): {
+            "summary": "Cancel a background response: always 400 here (no background"
+            " responses); 404 for an unknown id",
+            "parameters": [_path_param("response_id")],
+            "responses": {**errors("400", "401", "403", "404")},
         },
         ("/v1/models", "get"): {
             "summary": "List the served model",

@@ -80,7 +80,7 @@ class ReasoningConfig(_Strict):
     mode: str | None = None
 
 
-class StreamOptions(_Strict):
+class ResponsesStreamOptions(_Strict):
     #: OpenAI pads delta events against length side channels; this server never pads.
     include_obfuscation: bool | None = None
 
@@ -109,7 +109,7 @@ class ResponsesRequest(_Strict):
     previous_response_id: str | None = None
     store: bool | None = None
     stream: bool | None = None
-    stream_options: StreamOptions | None = None
+    stream_options: ResponsesStreamOptions | None = None
     metadata: dict[str, str] | None = None
 
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
