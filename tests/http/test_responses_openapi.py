@@ -85,7 +85,8 @@ def test_live_answers_validate_against_openapi(
     statuses = [response.status_code for response, _, _ in checks]
     assert statuses == [200, 200, 200, 200, 200, 400, 200, 404, 404]
     for response, path, method in checks:
-        pointer = schema_of(openapi_doc, path, method, str(response.status_code), "application/json")
+        status = str(response.status_code)
+        pointer = schema_of(openapi_doc, path, method, status, "application/json")
         validator(openapi_doc, pointer).validate(response.json())
     assert [i["type"] for i in thought.json()["output"]] == ["reasoning", "message"]
     assert created.json()["output"][0]["type"] == "function_call"
@@ -93,7 +94,8 @@ def test_live_answers_validate_against_openapi(
     Response.model_validate(created.json())
     InputItemList.model_validate(checks[4][0].json())
     event_ref = schema_of(openapi_doc, "/v1/responses", "post", "200", "text/event-stream")
-    events = [json.loads(line[6:]) for line in stream.text.splitlines() if line.startswith("data: ")]
+    lines = stream.text.splitlines()
+    events = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
     assert {e["type"] for e in events} >= {"response.reasoning_text.delta", "response.completed"}
     for event in events:
         validator(openapi_doc, event_ref).validate(event)
