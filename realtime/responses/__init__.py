@@ -19,8 +19,12 @@ from realtime.responses.errors import (
     PreviousResponseNotFoundError,
     ResponseNotFoundError,
 )
-from realtime.responses.events import ResponseEvents
-from realtime.responses.request import ResponsesRequest, parse_responses_request
+from realtime.responses.events import ResponseEvents, socket_error_event
+from realtime.responses.request import (
+    ResponseCreateEvent,
+    ResponsesRequest,
+    parse_responses_request,
+)
 from realtime.responses.service import PreparedResponse, ResponsesService
 from realtime.responses.store import MemoryResponseStore, ResponseStore, StoredResponse
 
@@ -29,6 +33,7 @@ __all__ = [
     "NotCancellableError",
     "PreparedResponse",
     "PreviousResponseNotFoundError",
+    "ResponseCreateEvent",
     "ResponseEvents",
     "ResponseNotFoundError",
     "ResponseStore",
@@ -36,4 +41,5 @@ __all__ = [
     "ResponsesService",
     "StoredResponse",
     "parse_responses_request",
+    "socket_error_event",
 ]

@@ -62,6 +62,27 @@ class _Item:
         return "".join(self.pieces)
 
 
+def socket_error_event(
+    error: RealtimeError, *, stream_id: str | None = None, sequence_number: int | None = None
+) -> dict[str, Any]:
+    """The WebSocket mode's `error` event (the SDK's `ResponseWsError`): the OpenAI error
+    object nested under `error`, with the HTTP status it would have had.
+
+    Its shape differs from the SSE stream's flat `error` event (`error_event`): a
+    socket error may belong to no response at all (a bad `response.create`), so it
+    carries `status` and, when the request named one, its `stream_id`."""
+    event: dict[str, Any] = {
+        "type": "error",
+        "status": error.status,
+        "error": error.to_body()["error"],
+    }
+    if sequence_number is not None:
+        event["sequence_number"] = sequence_number
+    if stream_id is not None:
+        event["stream_id"] = stream_id
+    return event
+
+
 def responses_usage(chat_usage: dict[str, Any], reasoning_tokens: int = 0) -> dict[str, Any]:
     """A chat `usage` in the Responses spelling.
 

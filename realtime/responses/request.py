@@ -173,6 +173,19 @@ class ResponsesRequest(_Strict):
         return self.store is not False
 
 
+class ResponseCreateEvent(ResponsesRequest):
+    """The WebSocket mode's `response.create` event: the same body, plus the event's own
+    fields (the SDK's `ResponseCreate`). Parse it with
+    `parse_responses_request(data, limits, ResponseCreateEvent)`."""
+
+    type: Literal["response.create"]
+    #: The lane (`AsyncResponsesWebSocketSession.lane`) the response's events carry.
+    stream_id: str | None = None
+    #: false: prepare the cache with the input and generate nothing (OpenAI's prewarm).
+    #: The socket dialect decides whether it serves it; `ResponsesService` generates.
+    generate: bool | None = None
+
+
 def parse_responses_request(
     data: Any,
     limits: InputLimits = DEFAULT_INPUT_LIMITS,

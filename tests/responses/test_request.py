@@ -290,3 +290,28 @@ def test_fields_the_sdk_sends_that_change_nothing_are_accepted() -> None:
             "function": {"name": "f", "parameters": {"type": "object"}, "strict": True},
         }
     ]
+
+
+def test_the_socket_event_is_the_same_request_with_its_own_fields() -> None:
+    from openai.types.responses import ResponsesClientEvent
+    from pydantic import TypeAdapter
+
+    from realtime.responses.request import ResponseCreateEvent
+
+    event = {
+        "type": "response.create",
+        "model": "m",
+        "input": "hi",
+        "stream_id": "lane-1",
+        "generate": True,
+        "store": False,
+    }
+    TypeAdapter(ResponsesClientEvent).validate_python(event)  # the SDK sends exactly this
+    parsed = parse_responses_request(event, model=ResponseCreateEvent)
+    assert isinstance(parsed, ResponseCreateEvent)
+    assert parsed.stream_id == "lane-1" and not parsed.stores and len(parsed.items) == 1
+    with pytest.raises(UnknownFieldError):
+        parse_responses_request({**event, "lane": "x"}, model=ResponseCreateEvent)
+    with pytest.raises(UnknownFieldError) as info:
+        parse(input="hi", stream_id="lane-1")  # not an HTTP field
+    assert info.value.param == "stream_id"

@@ -315,3 +315,18 @@ def test_prepare_errors_name_the_responses_field(body: dict[str, Any], param: st
     assert "response_format" not in info.value.message
     if body.get("model") == "nope":
         assert isinstance(info.value, ModelNotFoundError)
+
+
+def test_the_socket_error_event_is_the_sdks_ws_error() -> None:
+    from openai.types.responses import ResponsesServerEvent
+    from pydantic import TypeAdapter
+
+    from realtime.responses import socket_error_event
+
+    error = PreviousResponseNotFoundError("resp_x")
+    event = socket_error_event(error, stream_id="lane")
+    parsed = TypeAdapter(ResponsesServerEvent).validate_python(event)
+    assert parsed.type == "error" and parsed.stream_id == "lane" and parsed.status == 400
+    assert parsed.error.code == "previous_response_not_found"
+    assert parsed.error.param == "previous_response_id"
+    assert "sequence_number" not in event
