@@ -424,3 +424,39 @@ def test_a_client_that_hangs_up_mid_stream_stops_the_engine(server_factory: Any)
         assert stats.tokens_generated == generated
         # nothing was stored for the abandoned response
         assert len(server.app.state.responses.store) == 0
+
+
+# --- failures during generation ---
+
+
+def test_an_engine_failure_fails_the_response_and_stores_it_failed(echo: RunningServer) -> None:
+    echo.engine.fail_after_tokens = 2
+    with sdk(echo) as client:
+        events = list(client.responses.create(model="echo", input=TEXT, stream=True))
+        with pytest.raises(openai.InternalServerError) as info:
+            client.responses.create(model="echo", input=TEXT)
+        failed = events[-1]
+        assert failed.type == "response.failed" and failed.response.status == "failed"
+        assert failed.response.error.code == "engine_error"
+        assert failed.response.output[0].status == "incomplete"  # what was written so far
+        assert info.value.response.headers["x-should-retry"] == "false"
+        stored = client.responses.retrieve(failed.response.id)
+    assert stored.status == "failed" and stored.error is not None
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_an_unsatisfied_tool_choice_fails_the_response(scripted: RunningServer) -> None:
+    with sdk(scripted) as client:
+        events = list(
+            client.responses.create(
+                model="scripted",
+                input="This is the first turn.",
+                tools=[WEATHER],  # type: ignore[list-item]
+                tool_choice="required",
+                stream=True,
+            )
+        )
+    final = events[-1]
+    assert final.type == "response.failed"
+    assert final.response.error.code == "tool_choice_not_satisfied"
+    assert final.response.error.param == "tool_choice"  # type: ignore[union-attr]
