@@ -97,6 +97,13 @@ def _parser() -> argparse.ArgumentParser:
         help="requests queued per socket before the server stops reading it",
     )
     serve.add_argument(
+        "--read-ahead",
+        type=_non_negative_int,
+        default=d.read_ahead_requests,
+        help="request frames read past a full queue, so cancels behind them act at once "
+        "(default %(default)s)",
+    )
+    serve.add_argument(
         "--max-concurrent",
         type=_positive_int,
         default=d.max_concurrent_per_socket,
@@ -511,6 +518,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         model_name=args.model_name,
         echo_delay=args.echo_delay,
         request_queue_size=args.queue_size,
+        read_ahead_requests=args.read_ahead,
         max_concurrent_per_socket=args.max_concurrent,
         max_frame_bytes=args.max_frame_bytes,
         ws_compression=args.ws_compression,

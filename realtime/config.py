@@ -53,6 +53,9 @@ class ServerConfig:
     request_queue_size: int = 64
     #: Requests generating at once per socket; more wait in the queue.
     max_concurrent_per_socket: int = 16
+    #: Request frames read past a full queue (so control frames behind them act at once);
+    #: when these are full too, the server stops reading the socket.
+    read_ahead_requests: int = 16
     #: Frames held per connection while the socket is busy (text chunks of one request
     #: fold into one); when full, generation waits.
     outbound_queue_frames: int = 256
@@ -65,8 +68,8 @@ class ServerConfig:
     #: Seconds to wait for a pong before closing with 1011; None waits forever.
     ws_ping_timeout: float | None = 20.0
     #: Requests read and not yet answered per socket; one more is refused with an
-    #: `error` frame (`too_many_requests_in_flight`). Above queue + concurrency + 2 it
-    #: is never reached: the queue's backpressure stops the reader first.
+    #: `error` frame (`too_many_requests_in_flight`). Above queue + read-ahead +
+    #: concurrency + 1 it is never reached: the queue's backpressure stops the reader first.
     max_in_flight_per_socket: int = 128
     #: Open WebSockets per server; a handshake beyond it gets HTTP 503.
     max_connections: int = 1024

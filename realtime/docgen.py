@@ -64,6 +64,9 @@ LIMITS: list[tuple[str, str, str, str]] = [
      "a larger message closes the socket with 1009"),
     ("--queue-size", "request_queue_size", "requests",
      "queued per socket; when full the server stops reading the socket (backpressure)"),
+    ("--read-ahead", "read_ahead_requests", "requests",
+     "read past a full queue, in order; control frames among them act at once;"
+     " when full too, the server stops reading the socket"),
     ("--max-concurrent", "max_concurrent_per_socket", "requests",
      "generating at once per socket; the rest wait in the queue"),
     ("--max-in-flight", "max_in_flight_per_socket", "requests",

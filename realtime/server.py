@@ -2,7 +2,8 @@
 
 uvicorn's own shutdown closes WebSockets with 1012 (service restart) straight
 away and gives HTTP requests its graceful timeout. Here shutdown (SIGTERM,
-SIGINT) goes in steps, all within `--shutdown-grace`:
+SIGINT, and SIGHUP, which uvicorn leaves to kill the process) goes in steps,
+all within `--shutdown-grace`:
 
 1. stop listening, and close idle HTTP keep-alive connections;
 2. drain: sockets refuse new requests (`error` frame `shutting_down`) and close
@@ -18,11 +19,13 @@ SIGINT) goes in steps, all within `--shutdown-grace`:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -117,6 +120,21 @@ class RealtimeServer(uvicorn.Server):
             for sock in server.sockets:
                 return int(sock.getsockname()[1])
         return None
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's SIGINT/SIGTERM, plus SIGHUP: a closed terminal or a process manager's
+        reload drains like SIGTERM instead of killing the process mid-answer."""
+        with super().capture_signals():
+            hangup = getattr(signal, "SIGHUP", None)
+            if hangup is None or threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = signal.signal(hangup, self.handle_exit)
+            try:
+                yield
+            finally:
+                signal.signal(hangup, previous)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)

@@ -40,12 +40,12 @@ EXLLAMAV2 = "exllamav2==0.3.2"
 DRIVER_REQUIREMENTS = ("openai>=1.40",)
 #: The Python of the lent machines' image (seen 3.12.3); more with --python.
 DEFAULT_PYTHONS = ("3.12",)
+#: pip matches a manylinux tag exactly, so every glibc from 2.5 to the image's 2.39 is named
+#: (llguidance, for one, ships only manylinux_2_31).
 PLATFORMS = (
-    "manylinux_2_28_x86_64",
-    "manylinux_2_27_x86_64",
-    "manylinux_2_17_x86_64",
+    *(f"manylinux_2_{minor}_x86_64" for minor in range(39, 4, -1)),
     "manylinux2014_x86_64",
-    "manylinux_2_5_x86_64",
+    "manylinux2010_x86_64",
     "manylinux1_x86_64",
 )
 #: Never carried: huge, and part of the machines' image by definition of "a CUDA machine".

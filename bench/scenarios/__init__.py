@@ -13,6 +13,7 @@ from bench.scenarios import (
     hostile,
     idle,
     latency,
+    soak,
     throughput,
 )
 
@@ -27,6 +28,7 @@ MODULES: tuple[ModuleType, ...] = (
     decode,
     constrained,
     hostile,
+    soak,
 )
 
 

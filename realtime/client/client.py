@@ -267,6 +267,8 @@ class ChatStream:
 
     async def start(self) -> None:
         """Send the request now (iteration does this by itself). Idempotent."""
+        if self.state != "pending":  # sent, or finished (cancelled while it waited)
+            return
         async with self._start_lock:
             if self.state != "pending":
                 return
@@ -290,8 +292,11 @@ class ChatStream:
         if self.finished or self.cancel_requested:
             return
         self.cancel_requested = True
-        if self.state == "pending" and not self._start_lock.locked():
+        if self.state == "pending":
+            # Not sent (perhaps waiting for a reconnect, inside `start()`): it never will
+            # be; `_send_request` checks `cancel_requested` before it marks it sent.
             self._client._deliver(self, _DoneItem(None, None))
+            self._client._wake_waiters()
         elif self.state == "sent":
             await self._client._send_cancel(self.request_id)
 
@@ -541,6 +546,10 @@ class RealtimeClient:
 
     def _set_state(self, state: ConnectionState) -> None:
         self.state = state
+        self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
+        """Wake everything waiting on a change (the state, or a waiting stream's cancel)."""
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
@@ -654,8 +663,11 @@ class RealtimeClient:
             )
         )
 
-    async def _wait_open(self) -> ClientConnection:
+    async def _wait_open(self, stream: ChatStream | None = None) -> ClientConnection | None:
+        """The open socket, waiting through a reconnect; None once `stream` is cancelled."""
         while True:
+            if stream is not None and stream.cancel_requested:
+                return None
             if self.state == "open" and self._ws is not None:
                 return self._ws
             if self.state == "closed":
@@ -669,7 +681,8 @@ class RealtimeClient:
     # --- internals: requests ---
 
     async def _send_request(self, stream: ChatStream) -> None:
-        await self._wait_open()
+        if await self._wait_open(stream) is None:
+            return  # cancelled while it waited: `cancel()` ended it
         model = stream.model or self.model
         if model is None:
             cards = await self.models()
@@ -684,8 +697,8 @@ class RealtimeClient:
             **stream.params,
         }
         text = _dumps(frame)
-        ws = await self._wait_open()
-        if stream.cancel_requested:  # cancelled while waiting for the socket: never send it
+        ws = await self._wait_open(stream)
+        if ws is None:  # cancelled while waiting for the socket: never send it
             self._deliver(stream, _DoneItem(None, None))
             return
         # From here on the request counts as sent: if the socket drops now it

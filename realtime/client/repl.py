@@ -37,11 +37,23 @@ How it behaves:
   to the conversation, so sending the message again retries it.
 * Ctrl-C at the prompt discards the line; a second one in a row quits, as do
   `/exit` and Ctrl-D: a normal close (1000) and exit status 0.
-* When the server closes the socket the REPL prints the close code and reason
+* A server restart does not end the REPL. When the socket closes with 1001
+  (shutting down), 1012 (restart), 1013, 1014, or drops without a Close frame
+  (1006), the client library reconnects with backoff (`RECONNECT`) and the
+  REPL prints `[connection lost: ...; reconnecting]`, then `[reconnected]`. The
+  conversation lives here, so it is intact on the new socket. A message typed
+  while the server is away waits and goes out once the socket is back (a
+  spinner turns meanwhile; Ctrl-C cancels it); one refused because the server
+  was draining is sent again by the library, since the server never started it.
+  An answer the restart cut off is not resent behind the user's back (it may
+  have run, and spent tokens): it prints `[interrupted: ...]`, the turn is not
+  kept, and the next prompt comes with the message already typed, so Enter
+  sends it again (a message of several lines must be pasted again).
+* When the server closes the socket for a reason retrying does not fix (1011
+  engine unavailable or internal error, 1008, 1000...), or the reconnect gives
+  up, the REPL prints the close code and reason
   (`server closed the connection: 1011 engine unavailable: ...`) and exits with
-  status 1. It does not reconnect by itself: what the server closes for (engine
-  down, shutting down, a protocol fault) is not fixed by retrying at once, and
-  a request in flight must not be resent behind the user's back.
+  status 1.
 * A server that cannot be reached: `cannot connect to <url>: <why>`, status 1.
 * `--json` is for scripts: each input line (from a pipe or a terminal) is a
   message, every server frame is printed to stdout as one line of JSON, and
@@ -75,6 +87,7 @@ from realtime.client.errors import (
     ConnectError,
     ConnectionClosedError,
     RealtimeClientError,
+    RequestInterruptedError,
     describe_close_code,
 )
 from realtime.client.sync import RealtimeClientSync, SyncChatStream
@@ -86,8 +99,9 @@ from realtime.client.terminal import (
     Style,
     default_history_file,
     enable_line_editing,
+    input_with_text,
 )
-from realtime.client.types import ClientEvent, ToolCall, fold_tool_calls
+from realtime.client.types import ClientEvent, ReconnectPolicy, ToolCall, fold_tool_calls
 from realtime.protocol.response import ChatCompletionChunk
 
 __all__ = [
@@ -120,6 +134,10 @@ ERROR_SETTLE_SECONDS = 0.25
 #: Ctrl-C presses while a cancel is unconfirmed only abort after this long, so a
 #: double-tap does not throw the conversation away.
 ABORT_ARM_SECONDS = 1.0
+
+#: Reconnect after a restart or a dropped connection, not after a fault the server
+#: closed for (1011: engine unavailable, internal error): retrying does not fix those.
+RECONNECT = ReconnectPolicy(retry_on=frozenset({1001, 1006, 1012, 1013, 1014}))
 
 Message = dict[str, Any]
 CONVERSATION_ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -319,8 +337,11 @@ class Repl:
         #: Messages go to stderr in JSON mode so that stdout is only frames.
         self.info = err if json_mode else out
         self._at_line_start = True
-        #: Events from the client's thread (error frames that end no request).
+        #: Events from the client's thread (connection lost and back, error frames that
+        #: end no request).
         self.events: deque[ClientEvent] = events if events is not None else deque()
+        #: A message a restart cut off, typed in advance at the next prompt.
+        self._offer: str | None = None
 
     # --- the conversation ---
 
@@ -388,6 +409,9 @@ class Repl:
             if not line:
                 raise EOFError
             return line.rstrip("\r\n")
+        offer, self._offer = self._offer, None
+        if offer is not None and prompt == PROMPT:
+            return input_with_text(prompt, offer)
         return input(prompt)
 
     def _read_message(self) -> str:
@@ -570,10 +594,11 @@ class Repl:
             stream = self.client.chat(
                 [*self.messages(), user], model=self.model, **self.params
             )
-            try:
-                stream.start()
-            except RealtimeClientError:
-                pass  # surfaced by the first poll below
+            if self.client.state == "open":  # else it waits for the reconnect in the polls
+                try:
+                    stream.start()
+                except RealtimeClientError:
+                    pass  # surfaced by the first poll below
             if self.json_mode:
                 self._stream_json(stream, user)
             else:
@@ -607,7 +632,11 @@ class Repl:
         try:
             while True:
                 self._watch_interrupts(stream, watch)
-                self._print_events()
+                # Notes (connection lost, back) go before the answer, never inside it.
+                quiet = not (pieces or calls or in_reasoning)
+                if self.events and quiet:
+                    spinner.clear()
+                    self._print_events()
                 try:
                     chunk = stream.poll(POLL_SECONDS)
                 except APIError as exc:
@@ -618,6 +647,8 @@ class Repl:
                     return  # the turn is not kept: sending it again retries it
                 except ConnectionClosedError as exc:  # RequestInterruptedError included
                     spinner.clear()
+                    if self._interrupted(exc, user):
+                        return  # not kept; offered again at the next prompt
                     raise _SessionEnded(describe_close_code(exc.code, exc.reason)) from None
                 except RealtimeClientError as exc:
                     spinner.clear()
@@ -630,6 +661,9 @@ class Repl:
                     if stream.stream.first_token_at is None:
                         spinner.tick()
                     continue
+                if self.events and quiet:
+                    spinner.clear()
+                    self._print_events()
                 in_reasoning = self._render(chunk, spinner, pieces, calls, in_reasoning)
         finally:
             spinner.clear()
@@ -676,6 +710,8 @@ class Repl:
             try:
                 frame = stream.poll_frame(POLL_SECONDS)
             except ConnectionClosedError as exc:
+                if self._interrupted(exc, user):
+                    return
                 raise _SessionEnded(describe_close_code(exc.code, exc.reason)) from None
             except RealtimeClientError as exc:
                 self._error(f"error: {exc}")
@@ -699,6 +735,24 @@ class Repl:
         text = "".join(pieces)
         if stream.done is not None and (stream.done.status == "completed" or text):
             self.turns += [user, {"role": "assistant", "content": text}]
+
+    def _interrupted(self, exc: ConnectionClosedError, user: Message) -> bool:
+        """A turn cut off by a restart while the client reconnects: say so and offer it again.
+
+        False when the socket is closed for good (the caller reports that and exits).
+        """
+        if not isinstance(exc, RequestInterruptedError) or exc.code not in RECONNECT.retry_on:
+            return False
+        self._end_line()
+        self._print_events()
+        text = str(user["content"])
+        retype = self.json_mode or "\n" in text
+        how = "send it again to retry" if retype else "press Enter to send it again"
+        why = describe_close_code(exc.code, exc.reason)
+        self._note(f"[interrupted: {why}; the message was not resent: {how}]")
+        if not retype:
+            self._offer = text
+        return True
 
     def _after_error(self, exc: APIError) -> None:
         if exc.close_code is not None:
@@ -750,11 +804,17 @@ class Repl:
     def _print_events(self) -> None:
         while self.events:
             event = self.events.popleft()
-            if event.kind != "server_error":
-                continue
-            message = getattr(event.error, "message", None) or "error without a message"
-            self._end_line()
-            self._error(f"error: {message}")
+            if event.kind == "lost":
+                self._end_line()
+                why = describe_close_code(event.code, event.reason)
+                self._note(f"[connection lost: {why}; reconnecting]")
+            elif event.kind == "open" and event.attempt > 0:
+                self._end_line()
+                self._note("[reconnected]")
+            elif event.kind == "server_error":
+                message = getattr(event.error, "message", None) or "error without a message"
+                self._end_line()
+                self._error(f"error: {message}")
 
     # --- output ---
 
@@ -853,7 +913,7 @@ def _run(args: argparse.Namespace, gate: InterruptGate) -> int:
     client = RealtimeClientSync(
         url,
         api_key=args.api_key,
-        reconnect=None,  # see the module docstring
+        reconnect=RECONNECT,  # see the module docstring
         open_timeout=args.connect_timeout,
         on_event=events.append,
     )

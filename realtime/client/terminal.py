@@ -73,6 +73,21 @@ def enable_line_editing() -> None:
     _readline()
 
 
+def input_with_text(prompt: str, text: str) -> str:
+    """`input(prompt)` with `text` already typed on the line, ready to edit or send.
+
+    Without readline the line starts empty; the caller says what to type instead.
+    """
+    rl = _readline()
+    if rl is None or not text:
+        return input(prompt)
+    rl.set_startup_hook(lambda: rl.insert_text(text))
+    try:
+        return input(prompt)
+    finally:
+        rl.set_startup_hook(None)
+
+
 def default_history_file() -> Path | None:
     """`~/.realtime_history` when the home directory (or that file) is writable, else None.
 

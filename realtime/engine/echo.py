@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from realtime.engine.base import EngineOutput, EngineRequest
 from realtime.engine.errors import EngineFailure, EngineUnavailable
+from realtime.engine.recent import RecentDict
 from realtime.model.generation import FinishReason, TokenLogprob
 from realtime.model.info import ModelInfo
 from realtime.model.template import ChatTemplate
@@ -102,8 +103,9 @@ class EchoStats:
     requests_cancelled: int = 0
     tokens_generated: int = 0
     active: int = 0
-    #: tokens generated per request id, for per-request assertions
-    tokens_by_request: dict[str, int] = field(default_factory=dict)
+    #: tokens generated per request id, for per-request assertions (the most recent
+    #: requests only: an entry per request kept forever is a leak)
+    tokens_by_request: RecentDict[str, int] = field(default_factory=RecentDict)
 
 
 class EchoEngine:

@@ -44,10 +44,14 @@ from typing import Any
 from realtime.engine.base import EngineOutput, EngineRequest
 from realtime.engine.echo import EchoStats, EchoTokenizer
 from realtime.engine.errors import EngineFailure
+from realtime.engine.recent import RecentList
 from realtime.model.generation import FinishReason, TokenLogprob
 from realtime.model.info import ModelInfo
 from realtime.model.model_dir import load_model_dir
 from realtime.model.template import ChatTemplate
+
+#: Prompts and replies remembered: a demo looks back a few turns; prompts can be long.
+RECENT_PROMPTS = 64
 
 #: The no-model prompt: every message as `role: text`, tool calls in hermes markup,
 #: so `match` can see tool results and `prompts` show the whole conversation.
@@ -149,10 +153,11 @@ class ScriptedEngine:
         self.script = load_script(script)
         self.delay = delay
         self.stats = EchoStats()
-        #: Every prompt received, decoded with special tokens, in arrival order.
-        self.prompts: list[str] = []
-        #: Every reply given, in order.
-        self.replies_given: list[str] = []
+        #: The latest prompts received, decoded with special tokens, in arrival order.
+        self.prompts: RecentList[str] = RecentList(RECENT_PROMPTS)
+        #: The latest replies given, in order (`replies_total` counts them all).
+        self.replies_given: RecentList[str] = RecentList(RECENT_PROMPTS)
+        self.replies_total = 0
         self._plain = [entry.reply for entry in self.script if entry.match is None]
         self._eos: int | None
         if model_dir is not None:
@@ -214,7 +219,7 @@ class ScriptedEngine:
         tail = prompt[-120:]
         raise EngineFailure(
             f"scripted engine: the script ran out: no reply left after "
-            f"{len(self.replies_given)} given, and no 'match' entry found in the prompt, "
+            f"{self.replies_total} given, and no 'match' entry found in the prompt, "
             f"which ends {tail!r}"
         )
 
@@ -224,6 +229,7 @@ class ScriptedEngine:
         self.prompts.append(prompt)
         reply = self.choose(prompt)
         self.replies_given.append(reply)
+        self.replies_total += 1
         ids = tokenizer.encode(reply)
         if self._eos is not None:
             ids.append(self._eos)  # ends as a model does: on EOS, counted but not shown

@@ -25,12 +25,26 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from realtime.observability.fast_metrics import FastCounter, FastCounterChild, FastHistogram
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "RequestTimer"]
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "RequestTimer", "close_code_label"]
 
 _LATENCY_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75,
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )  # fmt: skip
+
+
+def close_code_label(code: int) -> str:
+    """The `code` label of `realtime_ws_closes_total`: the code itself for RFC 6455's codes
+    (1000-1015), `3xxx` and `4xxx` for the registered and private ranges a client may send,
+    `other` for anything else. A client picks its close code, so the label set must not be
+    the client's to grow (every distinct value is a time series kept forever)."""
+    if 1000 <= code <= 1015:
+        return str(code)
+    if 3000 <= code <= 3999:
+        return "3xxx"
+    if 4000 <= code <= 4999:
+        return "4xxx"
+    return "other"
 
 
 class Metrics:

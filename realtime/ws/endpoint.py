@@ -17,7 +17,7 @@ from starlette.websockets import WebSocket
 from realtime.asgi.access import deny_websocket
 from realtime.auth import SUBPROTOCOL
 from realtime.observability.logs import event
-from realtime.observability.metrics import Metrics
+from realtime.observability.metrics import Metrics, close_code_label
 from realtime.protocol.close_codes import CloseCode, truncate_reason
 from realtime.protocol.errors import TooManyConnectionsError
 from realtime.protocol.states import SOCKET, SocketEvent, SocketState
@@ -59,7 +59,7 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
         if reason is not None:
             SOCKET.next(SocketState.CONNECTING.value, SocketEvent.ACCEPT_AND_CLOSE.value)
             await websocket.close(code, reason)
-            metrics.ws_closes.labels(str(code)).inc()
+            metrics.ws_closes.labels(close_code_label(code)).inc()
             event(log, "ws.close", conn_id=conn_id, peer=peer, code=code, reason=reason)
             return
         SOCKET.next(SocketState.CONNECTING.value, SocketEvent.ACCEPT.value)
@@ -83,7 +83,7 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
     finally:
         hub.discard(session)
         code = session.close_code if session.close_code is not None else 1006
-        metrics.ws_closes.labels(str(code)).inc()
+        metrics.ws_closes.labels(close_code_label(code)).inc()
         event(
             log,
             "ws.close",

@@ -14,9 +14,12 @@ memory for a bounded time.
 
 In flight: a request is in flight from the moment the reader accepts it until
 its terminal frame is queued (queued + waiting for a slot + running). The
-request queue's backpressure bounds that at queue size + concurrency + 2; the
-`max_in_flight_per_socket` limit refuses a request beyond it with an `error`
-frame instead, and only takes effect when it is set below that bound.
+request queue's backpressure bounds that at queue size + read-ahead +
+concurrency + 1 (`realtime.ws.request_queue`: the reader goes on reading past a
+full queue, for a bounded number of request frames, so control frames behind
+them still act at once); the `max_in_flight_per_socket` limit refuses a request
+beyond it with an `error` frame instead, and only takes effect when it is set
+below that bound.
 
 Ordering: a request without `request_id` gets a server id and runs after every
 earlier request without one finished, so a client that does not demultiplex
@@ -46,6 +49,7 @@ defaults; without one the socket behaves as if sessions did not exist.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import time
@@ -60,6 +64,7 @@ from realtime.config import ServerConfig, input_limits
 from realtime.observability.logs import event
 from realtime.observability.metrics import Metrics, RequestTimer
 from realtime.pipeline import ChatPipeline, PreparedChat
+from realtime.pipeline.offload import prepare_chat
 from realtime.protocol.close_codes import CloseCode, truncate_reason
 from realtime.protocol.errors import (
     BinaryFrameError,
@@ -101,6 +106,7 @@ from realtime.protocol.states import (
     SocketState,
 )
 from realtime.ws.outbox import Outbox
+from realtime.ws.request_queue import RequestQueue
 from realtime.ws.transport import WRITABLE_EXTENSION
 
 log = logging.getLogger("realtime.ws")
@@ -119,6 +125,8 @@ class _Queued:
     #: Set for a request that failed validation: answered in its turn, not run.
     rejection: RealtimeError | None = None
     received_at: float = field(default_factory=time.perf_counter)
+    #: Characters of the frame it came in: large ones are prepared off the event loop.
+    size: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,13 +185,15 @@ class RealtimeSession:
         self._defaults: dict[str, Any] | None = None
         self._input_limits = input_limits(config)
         self.finished = asyncio.Event()
-        #: Highest request-queue depth seen; bounded by `request_queue_size` by construction.
+        #: Highest request-queue depth seen; bounded by queue size + read-ahead by construction.
         self.max_queue_depth = 0
         self.state = SocketState.OPEN.value
         #: The close code the socket ended with (the client's, when it closed first).
         self.close_code: int | None = None
         self.requests_answered = 0
-        self._requests: asyncio.Queue[_Queued] = asyncio.Queue(config.request_queue_size)
+        self._requests: RequestQueue[_Queued] = RequestQueue(
+            config.request_queue_size, config.read_ahead_requests
+        )
         self._sent = {**self.metrics.sent, "ready": self.metrics.frames_out.labels("ready")}
         writable = websocket.scope.get("extensions", {}).get(WRITABLE_EXTENSION)
         self._outbox = Outbox(
@@ -198,6 +208,8 @@ class RealtimeSession:
         self._known: set[str] = set()  # ids queued or running
         self._states: dict[str, str] = {}  # request id -> RequestState
         self._running: dict[str, asyncio.Task[None]] = {}
+        #: Ids whose task exists but has not taken its first step (see `_dispatch_loop`).
+        self._not_started: set[str] = set()
         self._cancel_queued: set[str] = set()
         self._cancel_running: set[str] = set()
         self._auto_ids = itertools.count(1)
@@ -222,7 +234,7 @@ class RealtimeSession:
 
     @property
     def queue_depth(self) -> int:
-        return self._requests.qsize()
+        return len(self._requests)
 
     @property
     def outbound_frames(self) -> int:
@@ -349,7 +361,7 @@ class RealtimeSession:
             self._outbox.close()
             await self._close_socket(ending)
         finally:
-            self._outbox.close()
+            self._outbox.release()  # also breaks the session <-> outbox reference cycle
             for task in (reader, dispatcher, watchdog, *self._side_tasks):
                 task.cancel()
             for task in list(self._running.values()):
@@ -387,7 +399,7 @@ class RealtimeSession:
         """Let queued and running requests finish, unless the drain is cut short."""
 
         async def finish_work() -> None:
-            await self._requests.put(_STOP)
+            self._requests.put(_STOP)
             await dispatcher
             while self._running:
                 await asyncio.gather(*self._running.values(), return_exceptions=True)
@@ -411,8 +423,7 @@ class RealtimeSession:
         # Accepted but never started: the one the dispatcher held, then the queue.
         unstarted = [self._holding] if self._holding is not None else []
         self._holding = None
-        while not self._requests.empty():
-            unstarted.append(self._requests.get_nowait())
+        unstarted += self._requests.take_all()
         for item in unstarted:
             if item is _STOP:
                 continue
@@ -508,7 +519,10 @@ class RealtimeSession:
     async def _read_loop(self) -> None:
         frames_in = self.metrics.frames_in
         loop = asyncio.get_running_loop()
+        requests = self._requests
         while True:
+            if requests.full:  # queue and read-ahead full: backpressure (TCP) from here
+                await requests.wait_for_room()
             message = await self.ws.receive()
             self._last_activity = loop.time()
             if message["type"] == "websocket.disconnect":
@@ -533,7 +547,7 @@ class RealtimeSession:
                 elif rejected.is_request:
                     frames_in.labels("request").inc()
                     self._setup_event(SetupEvent.REQUEST)
-                    await self._accept(rejected.request_id, None, rejected.error)
+                    await self._accept(rejected.request_id, None, rejected.error, len(text))
                 else:
                     frames_in.labels("rejected").inc()
                     # Not a request, so it ends none: request_id stays null.
@@ -542,13 +556,15 @@ class RealtimeSession:
             if isinstance(frame, RequestFrame):
                 frames_in.labels("request").inc()
                 self._setup_event(SetupEvent.REQUEST)
-                await self._accept(frame.request_id, frame.request, None)
+                await self._accept(frame.request_id, frame.request, None, len(text))
             elif isinstance(frame, SessionSetupFrame):
                 frames_in.labels("session_setup").inc()
                 await self._setup(frame)
             elif isinstance(frame, CancelFrame):
                 frames_in.labels("cancel").inc()
-                self._cancel(frame.request_id)
+                answer = self._cancel(frame.request_id)
+                if answer is not None:
+                    await self._send(answer, "done")
             elif isinstance(frame, CloseSessionFrame):
                 frames_in.labels("session_close").inc()
                 self.end(_SESSION_CLOSED)
@@ -589,6 +605,7 @@ class RealtimeSession:
         request_id: str | None,
         request: ChatCompletionRequest | None,
         rejection: RealtimeError | None,
+        size: int = 0,
     ) -> None:
         received_at = time.perf_counter()
         ordered = request_id is None
@@ -613,8 +630,8 @@ class RealtimeSession:
             return
         self._known.add(request_id)
         self._request_event(request_id, RequestEvent.ACCEPT)
-        await self._requests.put(_Queued(request_id, ordered, request, rejection, received_at))
-        self.max_queue_depth = max(self.max_queue_depth, self._requests.qsize())
+        self._requests.put(_Queued(request_id, ordered, request, rejection, received_at, size))
+        self.max_queue_depth = max(self.max_queue_depth, len(self._requests))
 
     def _refusal(self) -> RealtimeError | None:
         if self.state == SocketState.SHUTTING_DOWN.value:
@@ -629,15 +646,42 @@ class RealtimeSession:
             )
         return None
 
-    def _cancel(self, request_id: str) -> None:
+    def _cancel(self, request_id: str) -> dict[str, Any] | None:
+        """Act on a `response.cancel`; returns the terminal frame to send now, if any."""
         task = self._running.get(request_id)
-        if task is not None:
+        if task is not None and request_id in self._not_started:
+            # Cancelling it now would skip its body, terminal frame included: it sees
+            # the cancel when its turn comes, as a queued request does.
+            self._cancel_queued.add(request_id)
+        elif task is not None:
             self._cancel_running.add(request_id)
             task.cancel()
         elif request_id in self._known:
-            self._cancel_queued.add(request_id)
+            waiting = self._withdraw(request_id)
+            if waiting is None:
+                self._cancel_queued.add(request_id)  # ordered: it is answered in its turn
+                return None
+            # Not started and not bound to an order: answered now, which makes room.
+            self._request_event(request_id, RequestEvent.CANCEL)
+            self._record(waiting, "cancelled", cause="client")
+            self._forget(request_id)
+            return done_frame(request_id, None, "cancelled", None, None)
         else:
             log.debug("cancel for unknown or finished request %s ignored", request_id)
+        return None
+
+    def _withdraw(self, request_id: str) -> _Queued | None:
+        """Take a request with an id out of the queue (or the dispatcher's hand) if it waits
+        there; None when it is not waiting or runs in order (no id)."""
+        holding = self._holding
+        if holding is not None and holding.request_id == request_id:
+            if holding.ordered:
+                return None
+            self._holding = None  # the dispatcher sees this when it gets its slot
+            return holding
+        return self._requests.take(
+            lambda item: item is not _STOP and item.request_id == request_id and not item.ordered
+        )
 
     # --- dispatching ---
 
@@ -649,15 +693,42 @@ class RealtimeSession:
                 return
             self._holding = item
             await self._slots.acquire()
+            if self._holding is not item:  # withdrawn by a cancel while it waited
+                self._slots.release()
+                continue
             self._holding = None
             self._request_event(item.request_id, RequestEvent.DISPATCH)
             predecessor = self._last_ordered if item.ordered else None
             task = asyncio.create_task(
                 self._run_request(item, predecessor), name=f"realtime-{item.request_id}"
             )
+            # A task cancelled before its first step never runs its body or its `finally`
+            # (no terminal frame, slot never released): `_unstarted_task_done` covers it.
+            self._not_started.add(item.request_id)
+            task.add_done_callback(functools.partial(self._unstarted_task_done, item))
             self._running[item.request_id] = task
             if item.ordered:
                 self._last_ordered = task
+
+    def _unstarted_task_done(self, item: _Queued, task: asyncio.Task[None]) -> None:
+        """A request task ended; if it never started (cancelled first), do what its body
+        would have done on that cancel: record it, offer its terminal frame, free its slot."""
+        request_id = item.request_id
+        if request_id not in self._not_started:
+            return  # it ran: its own `finally` did all this
+        self._not_started.discard(request_id)
+        self._running.pop(request_id, None)
+        self._slots.release()
+        gone = self._tearing_down and self._teardown_cause == "disconnect"
+        self._request_event(request_id, RequestEvent.PEER_GONE if gone else RequestEvent.CANCEL)
+        client = request_id in self._cancel_running or request_id in self._cancel_queued
+        self._record(item, "cancelled", cause="client" if client else self._teardown_cause)
+        frame = done_frame(request_id, None, "cancelled", None, None)
+        if not gone and client and not self._tearing_down:
+            self._spawn(self._send(frame, "done"))  # the socket carries on
+        elif not gone:
+            self._offer(frame, "done")  # the session is closing: hold it for the flush
+        self._forget(request_id)
 
     def _forget(self, request_id: str) -> None:
         self._known.discard(request_id)
@@ -669,6 +740,7 @@ class RealtimeSession:
 
     async def _run_request(self, item: _Queued, predecessor: asyncio.Task[None] | None) -> None:
         request_id = item.request_id
+        self._not_started.discard(request_id)  # from here on, `finally` does the bookkeeping
         prepared: PreparedChat | None = None
         timer: RequestTimer | None = None
         #: Set once the request is answered and its terminal frame is being queued.
@@ -692,8 +764,12 @@ class RealtimeSession:
             assert item.request is not None
             self._request_event(request_id, RequestEvent.START)
             streaming = item.request.stream is not False
-            prepared = self.pipeline.prepare(
-                item.request, stream=streaming, session_id=self.session_id
+            prepared = await prepare_chat(
+                self.pipeline,
+                item.request,
+                stream=streaming,
+                session_id=self.session_id,
+                size=item.size,
             )
             if streaming:
                 timer = RequestTimer(self.metrics, TRANSPORT, item.received_at)

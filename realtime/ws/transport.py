@@ -8,12 +8,20 @@ decided to drop for being a slow consumer (1008). Here a close skips that wait
 buffered bytes when uvicorn's close timeout ends, the connection is aborted
 instead of waiting forever for the buffer to drain.
 
-When the WebSocket layer itself fails a connection (a message over
-`--max-frame-bytes`: 1009; invalid UTF-8: 1007), uvicorn writes the Close frame
-and closes the TCP connection at once. A client still sending then gets a reset,
-which can destroy the Close frame it has not read yet, so it never learns why.
-Here the server only shuts its sending side (FIN after the Close frame) and
-keeps reading, discarding, until the client closes or the close timeout ends.
+When the WebSocket layer itself closes a connection (a message over
+`--max-frame-bytes`: 1009; invalid UTF-8 in a text frame: 1007), uvicorn writes
+the Close frame and closes the TCP connection at once (and logs invalid UTF-8 as
+an ERROR with a traceback). A client still sending then gets a reset, which can
+destroy the Close frame it has not read yet, so it never learns why. Here the
+server sends the Close frame, tells the app, and goes on reading (skipping the
+rest of an oversize message unbuffered: `realtime.ws.server_protocol`) until
+the client's Close completes the handshake, or the close timeout ends. Other
+protocol failures (1002) still half-close at once and read until the client
+closes.
+
+A connection that drops without a Close frame reaches the app as 1006
+(abnormal closure), as RFC 6455 names it; uvicorn reports 1005, the code for a
+Close frame that carried no status.
 
 It also marks a handshake refused with an HTTP response (the denial extension,
 used for 401/403/503) as finished, which uvicorn 0.54 forgets, logging
@@ -28,11 +36,14 @@ blocking the request inside a send while the client is behind.
 
 from __future__ import annotations
 
+from asyncio import BaseTransport
 from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.frames import CloseCode
 
 from realtime.ws.handshake import redacting_copy
+from realtime.ws.server_protocol import RealtimeServerProtocol
 
 if TYPE_CHECKING:
     from uvicorn._types import ASGISendEvent
@@ -42,6 +53,10 @@ if TYPE_CHECKING:
 WRITABLE_EXTENSION = "realtime.writable"
 
 
+#: The reason of the Close frame for a text message that is not UTF-8.
+INVALID_UTF8_REASON = "invalid UTF-8 in a text frame"
+
+
 class RealtimeWebSocketProtocol(WebSocketsSansIOProtocol):
     _failed = False
 
@@ -49,6 +64,78 @@ class RealtimeWebSocketProtocol(WebSocketsSansIOProtocol):
         super().__init__(*args, **kwargs)
         # Handshake refusals name the bad header, never quote it (realtime.ws.handshake).
         self.conn = redacting_copy(self.conn)
+        # The copy keeps uvicorn's size limit and extensions; the subclass (itself a
+        # redacting one) only changes what happens after a 1009.
+        self.conn.__class__ = RealtimeServerProtocol
+
+    def connection_made(self, transport: BaseTransport) -> None:
+        # Called by uvicorn's HTTP protocol as it hands the connection over (the
+        # transport still names that protocol). It never sees `connection_lost` after
+        # an upgrade, which is where it drops its parser, and the two reference each
+        # other: every socket's HTTP half would wait for a full garbage collection.
+        upgraded_from = transport.get_protocol()
+        if upgraded_from is not self and hasattr(upgraded_from, "parser"):
+            upgraded_from.parser = None
+        super().connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.close_sent is not None and not self.close_sent:
+            if not self.transport.is_closing():
+                self._closed_by_layer()
+
+    def send_receive_event_to_app(self) -> None:
+        """uvicorn's, with invalid UTF-8 answered by Close 1007 instead of a logged traceback."""
+        data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
+        self.frames = []
+        if self.close_sent or self.conn.close_sent is not None:
+            # Past a Close (the app's, or the layer's for a later frame of the same
+            # read, such as a 1009): discarded until the client's Close reply.
+            return
+        if self.curr_msg_data_type == "text":
+            try:
+                text = data.decode()
+            except UnicodeDecodeError:
+                self.conn.send_close(CloseCode.INVALID_DATA, INVALID_UTF8_REASON)
+                self._closed_by_layer()
+                return
+            self.queue.put_nowait({"type": "websocket.receive", "text": text})
+        else:
+            self.queue.put_nowait({"type": "websocket.receive", "bytes": data})
+        if not self.read_paused:
+            self.read_paused = True
+            self.transport.pause_reading()
+
+    def _closed_by_layer(self) -> None:
+        """The WebSocket layer sent a Close frame itself: tell the app, keep reading."""
+        close = self.conn.close_sent
+        assert close is not None
+        self.queue.put_nowait(
+            {"type": "websocket.disconnect", "code": close.code, "reason": close.reason}
+        )
+        self.close_sent = True
+        self.transport.write(b"".join(self.conn.data_to_send()))
+        if self.read_paused:  # the app takes no more messages; the Close reply must be read
+            self.read_paused = False
+            self.transport.resume_reading()
+        if self.close_timer is None:
+            self.close_timer = self.loop.call_later(self.close_timeout, self._close_or_abort)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.conn.close_rcvd is not None:
+            code = self.conn.close_rcvd.code
+        elif self.conn.close_sent is not None:
+            code = self.conn.close_sent.code
+        else:
+            code = int(CloseCode.ABNORMAL_CLOSURE)  # no Close frame either way: 1006
+        # Read first by the app if nothing was queued before; uvicorn's own (1005) follows.
+        self.queue.put_nowait({"type": "websocket.disconnect", "code": code})
+        super().connection_lost(exc)
+        # websockets' parser is a generator suspended in a method of the protocol object
+        # it belongs to: a reference cycle that outlives the connection until a garbage
+        # collection (rare in `realtime serve`), with the handshake and the buffers.
+        # Nothing reads from this connection any more: close the generator.
+        self.conn.parser.close()
 
     def handle_connect(self, event: Request) -> None:
         super().handle_connect(event)

@@ -30,6 +30,7 @@ SCENARIOS = (
     "decode",
     "constrained",
     "hostile",
+    "soak",
 )
 STATUSES = {"pass", "miss", "n/a"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -43,7 +44,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=110,
+        timeout=200,
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
     return out

@@ -34,7 +34,7 @@ from realtime.client.errors import describe_close_code
 from realtime.config import ServerConfig
 from realtime.engine.echo import EchoTokenizer
 from tests.client.servers import ScriptedServer, serve_realtime, server_has_api_keys
-from tests.conftest import wait_until
+from tests.conftest import async_wait_until, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -334,6 +334,34 @@ async def test_reconnect_after_a_restart_never_resends_a_request_in_flight():
     kinds = [e.kind for e in events]
     assert kinds[0] == "open" and kinds[1] == "lost" and "reconnecting" in kinds
     assert kinds[-2:] == ["open", "closed"]
+
+
+async def test_a_request_waiting_for_the_reconnect_can_be_cancelled_and_is_never_sent():
+    config = ServerConfig(log_level="warning")
+    first = serve_realtime(config=config)
+    loop = asyncio.get_running_loop()
+    second = None
+    try:
+        async with RealtimeClient(first.ws_url, model="echo", reconnect=FAST_RETRY) as client:
+            await loop.run_in_executor(None, first.stop)
+            await async_wait_until(lambda: client.state == "reconnecting")
+            stream = client.chat(user("never sent"))
+            waiting = asyncio.create_task(stream.start())  # waits for the socket
+            await asyncio.sleep(0.2)
+            assert not waiting.done()
+            await stream.cancel()
+            assert await asyncio.wait_for(stream.text(), 5) == ""
+            assert stream.cancelled and stream.finished
+            second = await loop.run_in_executor(
+                None, lambda: serve_realtime(first.port, config=config)
+            )
+            await asyncio.wait_for(waiting, 10)
+            assert await asyncio.wait_for(client.chat(user("after")).text(), 10) == "after"
+            assert second.engine.stats.requests_started == 1  # "after" only
+    finally:
+        for running in (first, second):
+            if running is not None and running.thread.is_alive():
+                await loop.run_in_executor(None, running.stop)
 
 
 async def test_reconnect_gives_up_after_max_attempts():

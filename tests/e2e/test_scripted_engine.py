@@ -18,8 +18,15 @@ from realtime.client import RealtimeClient
 from realtime.config import ServerConfig
 from realtime.engine.base import EngineOutput, EngineRequest, StopConditions
 from realtime.engine.errors import EngineFailure
+from realtime.engine.recent import RECENT_REQUESTS
 from realtime.engine.registry import create_engine, engine_names
-from realtime.engine.scripted import SCRIPTED_TEMPLATE, ScriptedEngine, ScriptError, load_script
+from realtime.engine.scripted import (
+    RECENT_PROMPTS,
+    SCRIPTED_TEMPLATE,
+    ScriptedEngine,
+    ScriptError,
+    load_script,
+)
 from realtime.model.generation import FinishReason
 from tests.conftest import async_wait_until
 
@@ -50,6 +57,18 @@ async def test_plain_replies_come_in_order_then_the_script_runs_out():
         await reply(engine, "user: one more")
     assert engine.replies_given == ["first answer", "second answer"]
     assert len(engine.prompts) == 3 and engine.stats.requests_finished == 2
+
+
+async def test_a_long_running_script_keeps_only_recent_prompts_and_replies():
+    """A match entry never runs out: a demo server may answer forever, and must not grow."""
+    engine = ScriptedEngine([{"match": "ping", "reply": "pong"}])
+    count = RECENT_PROMPTS * 3
+    for n in range(count):
+        assert await reply(engine, f"user: ping {n}") == "pong"
+    assert len(engine.prompts) == len(engine.replies_given) == RECENT_PROMPTS
+    assert engine.prompts[-1].endswith(f"ping {count - 1}")
+    assert engine.replies_total == count
+    assert len(engine.stats.tokens_by_request) <= RECENT_REQUESTS
 
 
 async def test_match_entries_branch_on_the_newest_message_and_never_run_out():

@@ -10,6 +10,7 @@ import pytest
 from realtime.engine.base import Engine, EngineOutput, EngineRequest, StopConditions
 from realtime.engine.echo import ECHO_TEMPLATE, EchoEngine, EchoTokenizer
 from realtime.engine.errors import EngineFailure, EngineUnavailable
+from realtime.engine.recent import RECENT_REQUESTS
 from realtime.model.generation import FinishReason, TokenLogprob
 
 TEXTS = [
@@ -325,3 +326,15 @@ async def test_fail_after_tokens_beyond_the_prompt_does_not_fail(engine: EchoEng
     engine.fail_after_tokens = 3
     outputs = await collect(engine, EngineRequest("r", [1, 2, 3]))
     assert outputs[-1].finish_reason is FinishReason.EOS
+
+
+@pytest.mark.anyio
+async def test_per_request_counts_keep_only_the_most_recent_requests(engine: EchoEngine) -> None:
+    """One entry per request kept forever was a leak (about 200 bytes a request)."""
+    for n in range(RECENT_REQUESTS + 500):
+        await collect(engine, EngineRequest(f"r{n}", [11, 12]))
+    counts = engine.stats.tokens_by_request
+    assert len(counts) == RECENT_REQUESTS
+    last = RECENT_REQUESTS + 499
+    assert counts[f"r{last}"] == 2 and "r0" not in counts
+    assert engine.stats.requests_finished == RECENT_REQUESTS + 500

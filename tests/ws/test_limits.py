@@ -60,8 +60,13 @@ async def test_a_request_over_the_in_flight_limit_gets_an_error_frame_and_the_so
 
 async def test_with_the_default_limit_the_queue_backpressures_before_the_limit_is_reached():
     config = ServerConfig()
-    # queued + running + held by the dispatcher + held by the reader
-    bound = config.request_queue_size + config.max_concurrent_per_socket + 2
+    # queued + read ahead + running + held by the dispatcher
+    bound = (
+        config.request_queue_size
+        + config.read_ahead_requests
+        + config.max_concurrent_per_socket
+        + 1
+    )
     assert config.max_in_flight_per_socket > bound
 
 

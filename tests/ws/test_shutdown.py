@@ -48,9 +48,11 @@ async def _sse(base_url: str, text: str, started: asyncio.Event) -> list[str]:
     return events
 
 
-async def test_sigterm_during_20_streaming_requests_answers_every_one_and_exits_0(
-    serve_process,
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+async def test_a_signal_during_20_streaming_requests_answers_every_one_and_exits_0(
+    serve_process, signum
 ):
+    """SIGHUP (a closed terminal, a process manager's reload) drains exactly like SIGTERM."""
     server = serve_process(
         "--echo-delay", "0.02", "--shutdown-grace", str(GRACE), "--log-level", "warning"
     )
@@ -76,7 +78,7 @@ async def test_sigterm_during_20_streaming_requests_answers_every_one_and_exits_
     await asyncio.wait_for(asyncio.gather(*(e.wait() for e in sse_started)), 10)
 
     signalled = time.monotonic()
-    server.proc.send_signal(signal.SIGTERM)
+    server.proc.send_signal(signum)
     closes = []
     for ws in sockets:
         rest, closed = await _read_until_closed(ws)
@@ -103,6 +105,8 @@ async def test_sigterm_during_20_streaming_requests_answers_every_one_and_exits_
     assert short_events[-1] == "[DONE]" and "error" not in short_events[-2]
     assert long_events[-1] == "[DONE]"
     assert json.loads(long_events[-2])["error"]["code"] == "shutting_down"
+    log = server.stderr()
+    assert "Traceback" not in log and "ERROR" not in log, log
 
 
 async def test_requests_in_flight_finish_within_the_grace_then_1001(server_factory):

@@ -1,0 +1,59 @@
+"""Preparing a large request in a worker thread, so the event loop keeps serving everyone else.
+
+`ChatPipeline.prepare` renders the chat template and tokenizes the prompt. For a
+normal request that takes well under a millisecond and a thread hop would cost
+more than it saves; for a message of several megabytes (up to `--max-frame-bytes`)
+it takes seconds (the echo tokenizer spends about 2 s on 8 MiB), and on the
+event loop that stalls every socket, `/health` included. Requests whose frame is
+at least `OFF_LOOP_CHARS` long are therefore prepared in a small dedicated pool:
+the loop goes on serving while the offender waits for its own answer (usually a
+`context_length_exceeded` error). Pure-Python tokenizers still hold the GIL in
+that thread, but Python hands it back to the loop every switch interval (5 ms),
+so neighbours slow down instead of stopping. Two workers bound how much CPU a
+flood of huge frames can take.
+
+`prepare()` touches no event-loop state (it reads the engine's model info and
+builds plain objects), which is what makes it safe to run in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from realtime.pipeline import ChatPipeline, PreparedChat
+    from realtime.protocol.request import ChatCompletionRequest
+
+#: Frames at least this long (characters of JSON) are prepared off the event loop.
+OFF_LOOP_CHARS = 64 * 1024
+#: Threads that prepare large requests (shared by every socket of the process).
+WORKERS = 2
+
+_executor: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="realtime-prepare")
+    return _executor
+
+
+async def prepare_chat(
+    pipeline: ChatPipeline,
+    request: ChatCompletionRequest,
+    *,
+    stream: bool,
+    session_id: str | None,
+    size: int,
+) -> PreparedChat:
+    """`pipeline.prepare(...)`, in a worker thread when the request's frame was `size` >=
+    `OFF_LOOP_CHARS` characters. A cancel while the thread works returns at once; the
+    thread finishes that one request and its result is dropped."""
+    if size < OFF_LOOP_CHARS:
+        return pipeline.prepare(request, stream=stream, session_id=session_id)
+    work = functools.partial(pipeline.prepare, request, stream=stream, session_id=session_id)
+    return await asyncio.get_running_loop().run_in_executor(_pool(), work)
