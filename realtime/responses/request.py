@@ -8,7 +8,8 @@ in one of three groups:
 * honoured: `model`, `input`, `instructions`, `previous_response_id`, `store`,
   `stream`, `metadata`, `temperature`, `top_p`, `max_output_tokens`, `tools`
   (function tools), `tool_choice`, `parallel_tool_calls`, `text.format` (`text`),
-  `include` (`message.output_text.logprobs`), `top_logprobs`;
+  `include` (`message.output_text.logprobs`), `top_logprobs`, and this server's
+  extension `nvext.agent_hints.speculative_prefill` (warm the next turn, as chat);
 * accepted, no effect on a self-hosted text model (kept so SDK defaults and agent
   frameworks work unchanged): `user`, `safety_identifier`, `prompt_cache_key`,
   `prompt_cache_retention`, `prompt_cache_options` (without `prewarm`),
@@ -31,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from realtime.protocol.errors import InvalidRequestError, UnsupportedFeatureError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
+from realtime.protocol.request import AgentHints
 from realtime.responses.items import normalize_input
 from realtime.responses.tools import FunctionTools, parse_tool_choice, parse_tools
 from realtime.responses.validation import client_error
@@ -100,6 +102,14 @@ class AccessPrograms(_Strict):
     cyber: Literal["standard", "daybreak_blue", "daybreak_red"] | None = None
 
 
+class ResponsesNvExt(_Strict):
+    """The chat API's `nvext`, as far as a response uses it: the agent hints."""
+
+    #: `speculative_prefill: true`: once the answer is out, warm the prefix every next
+    #: turn starts with (the conversation so far), at background priority.
+    agent_hints: AgentHints | None = None
+
+
 class ResponsesRequest(_Strict):
     """`POST /v1/responses`. Items and tools are validated by `parse_responses_request`."""
 
@@ -138,6 +148,9 @@ class ResponsesRequest(_Strict):
     image: ImageOptions | None = None
     access_programs: AccessPrograms | None = None
 
+    # this server's extension (the chat API's `nvext`); the SDK sends it as extra_body
+    nvext: ResponsesNvExt | None = None
+
     # refused when set
     background_options: dict[str, Any] | None = None
     context_management: list[Any] | None = None
@@ -166,6 +179,12 @@ class ResponsesRequest(_Strict):
     @property
     def wants_logprobs(self) -> bool:
         return bool(self.include and LOGPROBS_INCLUDE in self.include)
+
+    @property
+    def warms_next_turn(self) -> bool:
+        """`nvext.agent_hints.speculative_prefill` (see `pipeline/speculative.py`)."""
+        hints = self.nvext.agent_hints if self.nvext is not None else None
+        return bool(hints is not None and hints.speculative_prefill)
 
     @property
     def stores(self) -> bool:

@@ -104,8 +104,9 @@ class ResponsesService:
     ) -> PreparedResponse:
         """Everything that can fail before the first event. Raises RealtimeError.
 
-        `session_id` and `warm_next_turn` are the socket's: its cache session, and
-        whether to warm the next turn's prefix after this answer (speculative prefill)."""
+        `session_id` is the socket's cache session; `warm_next_turn` warms the next
+        turn's prefix after this answer (speculative prefill) whatever the request
+        says; a request asks for it itself with `nvext.agent_hints.speculative_prefill`."""
         history = await self._history(request.previous_response_id, owner, local)
         messages = chat_messages([*history, *request.items], request.instructions)
         if not messages:
@@ -326,7 +327,7 @@ def chat_body(
     response_format = chat_response_format(request.text)
     if response_format is not None:
         body["response_format"] = response_format
-    if warm_next_turn:
+    if warm_next_turn or request.warms_next_turn:
         body["nvext"] = {"agent_hints": {"speculative_prefill": True}}
     return body
 

@@ -16,7 +16,7 @@ import openai  # noqa: E402
 
 from realtime.config import ServerConfig  # noqa: E402
 from realtime.engine.cpu import CpuEngine  # noqa: E402
-from tests.conftest import RunningServer, start_server  # noqa: E402
+from tests.conftest import RunningServer, start_server, wait_until  # noqa: E402
 
 MODEL = "tiny"
 FIRST = "Tell me a long story about the sea, the wind, the boats and the harbour at night."
@@ -51,3 +51,30 @@ def test_a_continuation_reports_the_cached_prefix(server: RunningServer) -> None
     assert cached >= first.usage.input_tokens - 1, (cached, first.usage.input_tokens)
     assert cached > usage.input_tokens / 2, (cached, usage.input_tokens)
     assert usage.input_tokens > first.usage.input_tokens
+
+
+def test_a_response_that_asks_warms_its_next_turn(server: RunningServer) -> None:
+    """`nvext.agent_hints.speculative_prefill` (the chat API's hint, sent as extra_body):
+    after the answer the server prefills the next turn's prefix, so the continuation
+    finds the whole earlier conversation, answer included, in the cache."""
+    speculative = server.app.state.pipeline.speculative
+    done = speculative.stats.completed
+    hint = {"nvext": {"agent_hints": {"speculative_prefill": True}}}
+    with openai.OpenAI(base_url=server.http_url + "/v1", api_key="x", max_retries=0) as client:
+        first = client.responses.create(
+            model=MODEL, input=FIRST + " Warm.", max_output_tokens=8, temperature=0, extra_body=hint
+        )
+        wait_until(lambda: speculative.stats.completed > done, timeout=30)
+        warmed = speculative.stats.recent[-1]
+        second = client.responses.create(
+            model=MODEL,
+            input="And then?",
+            previous_response_id=first.id,
+            max_output_tokens=2,
+            temperature=0,
+        )
+    assert warmed.outcome == "completed" and first.usage is not None
+    # the warm-up covered the first prompt and its answer as the next turn renders it
+    assert warmed.prompt_tokens > first.usage.input_tokens
+    assert second.usage is not None
+    assert second.usage.input_tokens_details.cached_tokens == warmed.prompt_tokens

@@ -237,6 +237,13 @@ def test_every_supported_item_type_is_normalized() -> None:
             UnsupportedFeatureError,
             "prompt_cache_options.prewarm",
         ),
+        # the chat API's nvext: only the agent hints mean something for a response
+        ({"input": "x", "nvext": {"token_data": [1]}}, UnknownFieldError, "nvext.token_data"),
+        (
+            {"input": "x", "nvext": {"agent_hints": {"speculative_prefill": "yes"}}},
+            InvalidTypeError,
+            "nvext.agent_hints.speculative_prefill",
+        ),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field(
