@@ -26,7 +26,7 @@ in one of three groups:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
@@ -113,6 +113,9 @@ class ResponsesNvExt(_Strict):
 class ResponsesRequest(_Strict):
     """`POST /v1/responses`. Items and tools are validated by `parse_responses_request`."""
 
+    #: Every response streams whatever `stream` says (the socket's events).
+    always_streams: ClassVar[bool] = False
+
     model: str
     input: str | list[Any] | None = None
     instructions: str | None = None
@@ -197,6 +200,8 @@ class ResponseCreateEvent(ResponsesRequest):
     fields (the SDK's `ResponseCreate`). Parse it with
     `parse_responses_request(data, limits, ResponseCreateEvent)`."""
 
+    always_streams: ClassVar[bool] = True
+
     type: Literal["response.create"]
     #: The lane (`AsyncResponsesWebSocketSession.lane`) the response's events carry.
     stream_id: str | None = None
@@ -230,7 +235,7 @@ def parse_responses_request(
 
 
 def _refuse_unsupported(request: ResponsesRequest) -> None:
-    if request.stream_options is not None and not request.stream:
+    if request.stream_options is not None and not (request.stream or request.always_streams):
         raise InvalidRequestError(
             "stream_options is only allowed when stream is true", param="stream_options"
         )
