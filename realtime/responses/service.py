@@ -60,6 +60,9 @@ class PreparedResponse:
     #: where the finished response is kept (None: nowhere, `store: false` over HTTP)
     store: ResponseStore | None
     owner: str | None
+    #: False: the socket's warm-up (`generate: false`): the prompt is prefilled, no
+    #: output is returned, and the response (input only) can be continued.
+    generate: bool = True
 
     @property
     def id(self) -> str:
@@ -114,7 +117,14 @@ class ResponsesService:
                 "input is empty: send input items (or continue a response that has some)",
                 param="input",
             )
+        generate = getattr(request, "generate", None) is not False
         body = chat_body(request, messages, stream=stream, warm_next_turn=warm_next_turn)
+        if not generate:
+            # One token is the least the engine computes; it is dropped, and nothing
+            # that could fail on an answer (a required tool call) applies.
+            body.update(max_completion_tokens=1, logprobs=False, tool_choice="none")
+            body.pop("top_logprobs", None)
+            body.pop("nvext", None)
         try:
             chat_request = ChatCompletionRequest.model_validate(body)
             prepared = self.pipeline.prepare(chat_request, stream=stream, session_id=session_id)
@@ -132,7 +142,7 @@ class ResponsesService:
             count_tokens=lambda text: len(tokenizer.encode(text)),
         )
         keep = self.store if request.stores else local
-        return PreparedResponse(request, prepared, events, keep, owner)
+        return PreparedResponse(request, prepared, events, keep, owner, generate)
 
     async def events(
         self,
@@ -152,12 +162,14 @@ class ResponsesService:
                 async for chunk in chunks:
                     if on_chunk is not None:
                         on_chunk(chunk)
+                    if not prepared.generate:
+                        continue  # a warm-up: the prefill is the point, not the token
                     for event in events.feed(chunk):
                         yield event
         except RealtimeError as exc:
             terminal = events.fail(responses_error(exc), usage())
         else:
-            terminal = events.finish(usage())
+            terminal = events.finish(usage() if prepared.generate else _input_only(usage()))
         # Stored before the terminal event, so a continuation sent the moment it
         # arrives finds it (the SQLite store returns at once and writes on its thread).
         await self._keep(prepared)
@@ -294,6 +306,13 @@ class ResponsesService:
 
     async def aclose(self) -> None:
         await self.store.close()
+
+
+def _input_only(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A warm-up's usage: its prompt, and no output (the token it computed is dropped)."""
+    if usage is None:
+        return None
+    return {**usage, "completion_tokens": 0, "total_tokens": usage.get("prompt_tokens", 0)}
 
 
 def chat_body(

@@ -330,3 +330,44 @@ def test_the_socket_error_event_is_the_sdks_ws_error() -> None:
     assert parsed.error.code == "previous_response_not_found"
     assert parsed.error.param == "previous_response_id"
     assert "sequence_number" not in event
+
+
+def test_a_warm_up_returns_no_output_and_can_be_continued() -> None:
+    """The socket's `generate: false`: the prompt goes through the engine (its prefix is
+    then cached), the response has no output and no output tokens, and is stored."""
+    from realtime.responses import ResponseCreateEvent
+
+    service = make_service()
+
+    async def go() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        warm = service.parse(
+            {
+                "type": "response.create",
+                "model": "echo",
+                "input": "warm this",
+                "generate": False,
+                "tools": [WEATHER],
+                "tool_choice": "required",
+            },
+            ResponseCreateEvent,
+        )
+        prepared = await service.prepare(warm, stream=True, owner=None)
+        first = [event async for event in service.events(prepared)]
+        follow = service.parse(
+            {"model": "echo", "input": "now answer", "previous_response_id": prepared.id}
+        )
+        second = await service.prepare(follow, stream=True, owner=None)
+        return first, [event async for event in service.events(second)]
+
+    warm_events, answer_events = asyncio.run(go())
+    for event in warm_events:
+        check_event(event)
+    assert types(warm_events) == ["response.created", "response.in_progress", "response.completed"]
+    response = warm_events[-1]["response"]
+    assert response["output"] == [] and response["status"] == "completed"
+    assert response["usage"]["input_tokens"] > 0 and response["usage"]["output_tokens"] == 0
+    assert answer_events[-1]["response"]["output"][0]["content"][0]["text"] == "now answer"
+    # the continuation's prompt holds the warmed input
+    assert (
+        answer_events[-1]["response"]["usage"]["input_tokens"] > response["usage"]["input_tokens"]
+    )
