@@ -169,6 +169,31 @@ def _add_response_store_arguments(serve: argparse.ArgumentParser, d: ServerConfi
         help="bytes of stored responses; beyond it the oldest are deleted (default"
         " %(default)s = 1 GiB; 0 = no limit)",
     )
+    store.add_argument(
+        "--responses-ws-max-age",
+        type=_non_negative_float,
+        default=d.responses_ws_max_age_seconds,
+        metavar="SECONDS",
+        help="seconds a WebSocket to /v1/responses takes new responses; then"
+        " websocket_connection_limit_reached and the socket closes when its responses end"
+        " (default %(default)s = 60 minutes, as OpenAI's; 0 = no limit)",
+    )
+    store.add_argument(
+        "--responses-ws-max-streams",
+        type=_positive_int,
+        default=d.responses_ws_max_streams,
+        metavar="N",
+        help="distinct named lanes (stream_id) per WebSocket to /v1/responses; more is"
+        " websocket_stream_limit_reached (default %(default)s)",
+    )
+    store.add_argument(
+        "--responses-ws-memory-bytes",
+        type=_non_negative_int,
+        default=d.responses_ws_memory_bytes,
+        metavar="BYTES",
+        help="bytes of one WebSocket's store:false responses (kept for its own"
+        " continuations); beyond it the oldest go (default %(default)s = 64 MiB; 0 = no limit)",
+    )
 
 
 def _gpu_split(text: str) -> list[float]:
@@ -560,6 +585,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         response_store_dir=args.response_store,
         response_store_max_age_seconds=args.response_store_max_age,
         response_store_max_bytes=args.response_store_max_bytes,
+        responses_ws_max_age_seconds=args.responses_ws_max_age,
+        responses_ws_max_streams=args.responses_ws_max_streams,
+        responses_ws_memory_bytes=args.responses_ws_memory_bytes,
     )
 
 

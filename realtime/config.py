@@ -95,6 +95,15 @@ class ServerConfig:
     response_store_max_age_seconds: float = 30 * 24 * 3600.0
     #: Bytes of stored responses (their JSON); beyond it the oldest go. 0 = no limit.
     response_store_max_bytes: int = 1024 * 1024 * 1024
+    #: WebSocket mode: seconds a socket to /v1/responses takes new responses (OpenAI's
+    #: 60 minutes); then `websocket_connection_limit_reached`, and the socket closes
+    #: once its responses have ended. 0 = no limit.
+    responses_ws_max_age_seconds: float = 3600.0
+    #: WebSocket mode: distinct named lanes (`stream_id`) per socket (OpenAI's 32).
+    responses_ws_max_streams: int = 32
+    #: WebSocket mode: bytes of one socket's `store: false` responses (kept for its
+    #: continuations only); beyond it the oldest go. 0 = no limit.
+    responses_ws_memory_bytes: int = 64 * 1024 * 1024
 
     # both transports
     #: Server cap on max_tokens / max_completion_tokens; None = the model's context.

@@ -122,6 +122,16 @@ LIMITS: list[tuple[str, str, str, str]] = [
      "a stored response older than this is deleted and no longer found (0 = no age limit)"),
     ("--response-store-max-bytes", "response_store_max_bytes", "bytes",
      "stored responses (their JSON) beyond this: the oldest are deleted (0 = no limit)"),
+    ("--responses-ws-max-age", "responses_ws_max_age_seconds", "seconds",
+     "a WebSocket to /v1/responses takes new responses this long; then"
+     " `websocket_connection_limit_reached`, and it closes when its responses end (0 = no"
+     " limit)"),
+    ("--responses-ws-max-streams", "responses_ws_max_streams", "lanes",
+     "distinct named `stream_id`s on one WebSocket to /v1/responses; a new one past it:"
+     " `websocket_stream_limit_reached`"),
+    ("--responses-ws-memory-bytes", "responses_ws_memory_bytes", "bytes",
+     "one WebSocket's `store: false` responses (kept for its continuations); beyond it the"
+     " oldest go (0 = no limit)"),
     ("--sse-keepalive", "sse_keepalive_seconds", "seconds",
      "of SSE silence before a `: keep-alive` comment"),
     ("--shutdown-grace", "shutdown_grace_seconds", "seconds",
