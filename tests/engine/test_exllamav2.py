@@ -523,9 +523,7 @@ async def test_pages_filled_while_decoding_stay_with_their_salt(exl, model_dir):
         await outputs(engine, salted(SYSTEM[:200], "a", max_tokens=100))
         follow_up = [*exl.jobs[0].sequence_ids[:256], 9, 9]
         salts = ["a", "b", None, "a"]
-        cached = [
-            cached_of(await outputs(engine, salted(follow_up, salt))) for salt in salts[1:]
-        ]
+        cached = [cached_of(await outputs(engine, salted(follow_up, salt))) for salt in salts[1:]]
     assert cached == [0, 0, 256]
     assert_reuse_within_salts(exl, salts)
 
@@ -536,9 +534,7 @@ async def test_kv_written_only_while_decoding_stays_with_its_salt(exl, model_dir
         await outputs(engine, salted([5], "a", max_tokens=40))
         follow_up = [*exl.jobs[0].sequence_ids[:40], 9]
         salts = ["a", None, "b", "a"]
-        cached = [
-            cached_of(await outputs(engine, salted(follow_up, salt))) for salt in salts[1:]
-        ]
+        cached = [cached_of(await outputs(engine, salted(follow_up, salt))) for salt in salts[1:]]
     assert cached == [0, 0, 40]  # a's partial page, copied for a alone
     assert_reuse_within_salts(exl, salts)
 

@@ -230,9 +230,17 @@ def test_each_key_sees_only_its_own_responses(server_factory: Any) -> None:
     with sdk(server, "key-a") as alice, sdk(server, "key-b") as bob:
         mine = alice.responses.create(model="echo", input="alice's")
         assert alice.responses.retrieve(mine.id).output_text == "alice's"
-        for call in (bob.responses.retrieve, bob.responses.delete, bob.responses.cancel):
+        for call in (
+            bob.responses.retrieve,
+            bob.responses.delete,
+            bob.responses.cancel,
+            bob.responses.input_items.list,
+        ):
             with pytest.raises(openai.NotFoundError):
                 call(mine.id)
+        with pytest.raises(openai.AuthenticationError):  # an unknown key: refused first
+            with sdk(server, "key-c") as nobody:
+                nobody.responses.retrieve(mine.id)
         with pytest.raises(openai.BadRequestError) as info:
             bob.responses.create(model="echo", input="x", previous_response_id=mine.id)
         assert info.value.body["code"] == "previous_response_not_found"  # type: ignore[index]

@@ -192,8 +192,15 @@ async def test_a_session_keeps_no_per_request_state_once_its_requests_ended(serv
     assert code == 1000 and set(terminals.values()) == {1}
     (session,) = sessions
     assert hooks and session.finished.is_set()
-    for name in ("_known", "_states", "_running", "_not_started", "_cancel_queued",
-                 "_cancel_running", "_side_tasks"):
+    for name in (
+        "_known",
+        "_states",
+        "_running",
+        "_not_started",
+        "_cancel_queued",
+        "_cancel_running",
+        "_side_tasks",
+    ):
         assert not getattr(session, name), name
     assert len(session._requests) == 0 and len(session._outbox) == 0
     assert not server.app.state.hub._sessions
