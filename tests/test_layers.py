@@ -1,6 +1,6 @@
 """The package's layers, read from every module's imports (ast), so they cannot drift.
 
-    protocol <- model <- chat / engine <- pipeline <- transports (http, ws) <- app
+    protocol <- model <- chat / engine <- pipeline <- session <- transports (http, ws) <- app
 
 A module may import its own package and any layer below its own, never one above
 and never a neighbour on the same layer (so `chat/` and `engine/` do not import
@@ -35,6 +35,8 @@ LAYERS: list[set[str]] = [
     {"pipeline"},
     # the Responses API over the chat pipeline, for both transports; its store
     {"responses"},
+    # the socket session core (no I/O) and its dialects: frames <-> commands, actions
+    {"session"},
     # server settings
     {"config"},
     # what both transports share: the access guard, the error response
