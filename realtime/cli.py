@@ -158,8 +158,7 @@ def _add_response_store_arguments(serve: argparse.ArgumentParser, d: ServerConfi
         type=_non_negative_float,
         default=d.response_store_max_age_seconds,
         metavar="SECONDS",
-        help="seconds a stored response is kept (default %(default)s = 30 days; 0 = no age"
-        " limit)",
+        help="seconds a stored response is kept (default %(default)s = 30 days; 0 = no age limit)",
     )
     store.add_argument(
         "--response-store-max-bytes",

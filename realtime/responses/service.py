@@ -24,7 +24,7 @@ import re
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -42,7 +42,7 @@ from realtime.responses.errors import (
 from realtime.responses.events import ResponseEvents
 from realtime.responses.objects import new_response
 from realtime.responses.request import ResponsesRequest, TextConfig, parse_responses_request
-from realtime.responses.store import ResponseStore, StoredResponse
+from realtime.responses.store import Chain, ImmediateStore, ResponseStore, StoredResponse
 
 #: Responses followed back from a `previous_response_id` at most. The prompt's
 #: token budget ends a long conversation far sooner; this bounds the lookups.
@@ -68,6 +68,13 @@ class PreparedResponse:
     def id(self) -> str:
         response_id: str = self.events.response["id"]
         return response_id
+
+
+@dataclass(slots=True)
+class ResponsePlan:
+    chat: ChatCompletionRequest
+    events: ResponseEvents
+    generate: bool
 
 
 class ResponsesService:
@@ -111,6 +118,24 @@ class ResponsesService:
         turn's prefix after this answer (speculative prefill) whatever the request
         says; a request asks for it itself with `nvext.agent_hints.speculative_prefill`."""
         history = await self._history(request.previous_response_id, owner, local)
+        plan = self.plan(request, history, stream=stream, warm_next_turn=warm_next_turn)
+        try:
+            prepared = self.pipeline.prepare(plan.chat, stream=stream, session_id=session_id)
+        except RealtimeError as exc:
+            raise responses_error(exc) from None
+        keep = self.store if request.stores else local
+        return PreparedResponse(request, prepared, plan.events, keep, owner, plan.generate)
+
+    def plan(
+        self,
+        request: ResponsesRequest,
+        history: list[dict[str, Any]],
+        *,
+        stream: bool,
+        warm_next_turn: bool = False,
+    ) -> ResponsePlan:
+        """The chat request that generates the response and its event builder, without I/O
+        (the socket dialect calls it while it parses; the chat pipeline prepares it)."""
         messages = chat_messages([*history, *request.items], request.instructions)
         if not messages:
             raise InvalidRequestError(
@@ -126,12 +151,9 @@ class ResponsesService:
             body.pop("top_logprobs", None)
             body.pop("nvext", None)
         try:
-            chat_request = ChatCompletionRequest.model_validate(body)
-            prepared = self.pipeline.prepare(chat_request, stream=stream, session_id=session_id)
+            chat = ChatCompletionRequest.model_validate(body)
         except ValidationError as exc:
             raise responses_error(validation_error_to_client(exc)) from None
-        except RealtimeError as exc:
-            raise responses_error(exc) from None
         tokenizer = self.pipeline.engine.info.tokenizer
         response = new_response(
             request, response_id=ids.response_id(), model=self.pipeline.model_name
@@ -141,8 +163,7 @@ class ResponsesService:
             logprobs=request.wants_logprobs,
             count_tokens=lambda text: len(tokenizer.encode(text)),
         )
-        keep = self.store if request.stores else local
-        return PreparedResponse(request, prepared, events, keep, owner, generate)
+        return ResponsePlan(chat, events, generate)
 
     async def events(
         self,
@@ -212,31 +233,39 @@ class ResponsesService:
         """The items of every response along the chain, oldest first (none without one)."""
         if previous_id is None:
             return []
-        records: list[StoredResponse] = []
+        walk = _ChainWalk(previous_id, self.max_chain)
         stores = [local, self.store] if local is not None else [self.store]
-        next_id: str | None = previous_id
-        while next_id is not None:
-            progressed = False
+        while walk.next_id is not None:
             for store in stores:
-                chain = await store.chain(next_id, owner, self.max_chain - len(records))
-                if chain.truncated or len(records) + len(chain.records) >= self.max_chain:
-                    raise InvalidRequestError(
-                        f"the conversation before '{previous_id}' is longer than"
-                        f" {self.max_chain} responses",
-                        param="previous_response_id",
-                    )
-                if chain.records:
-                    records += chain.records
-                    next_id = chain.missing
-                    progressed = True
+                if walk.add(await store.chain(walk.next_id, owner, walk.room)):
                     break
-            if not progressed:
-                raise PreviousResponseNotFoundError(previous_id, next_id)
-        items: list[dict[str, Any]] = []
-        for record in reversed(records):
-            items += record.input_items
-            items += record.response.get("output") or []
-        return items
+            else:
+                raise PreviousResponseNotFoundError(previous_id, walk.next_id)
+        return walk.items()
+
+    def history_now(
+        self, previous_id: str | None, owner: str | None, local: ImmediateStore | None
+    ) -> list[dict[str, Any]]:
+        """`_history` without awaiting (the socket dialect's parse); needs stores that read
+        at once (`ImmediateStore`: the memory and SQLite stores)."""
+        if previous_id is None:
+            return []
+        store = self.store
+        if not hasattr(store, "chain_now"):
+            raise UnsupportedFeatureError(
+                "this server's response store cannot serve WebSocket mode continuations",
+                param="previous_response_id",
+            )
+        immediate = cast(ImmediateStore, store)
+        walk = _ChainWalk(previous_id, self.max_chain)
+        stores = [local, immediate] if local is not None else [immediate]
+        while walk.next_id is not None:
+            for source in stores:
+                if walk.add(source.chain_now(walk.next_id, owner, walk.room)):
+                    break
+            else:
+                raise PreviousResponseNotFoundError(previous_id, walk.next_id)
+        return walk.items()
 
     # --- stored responses ---
 
@@ -306,6 +335,42 @@ class ResponsesService:
 
     async def aclose(self) -> None:
         await self.store.close()
+
+
+class _ChainWalk:
+    """Records gathered from `previous_response_id` backwards, across stores."""
+
+    def __init__(self, previous_id: str, max_chain: int) -> None:
+        self.previous_id = previous_id
+        self.max_chain = max_chain
+        self.records: list[StoredResponse] = []
+        self.next_id: str | None = previous_id
+
+    @property
+    def room(self) -> int:
+        return self.max_chain - len(self.records)
+
+    def add(self, chain: Chain) -> bool:
+        """Take what one store found; False when it had nothing of the chain."""
+        if chain.truncated or len(self.records) + len(chain.records) >= self.max_chain:
+            raise InvalidRequestError(
+                f"the conversation before '{self.previous_id}' is longer than"
+                f" {self.max_chain} responses",
+                param="previous_response_id",
+            )
+        if not chain.records:
+            return False
+        self.records += chain.records
+        self.next_id = chain.missing
+        return True
+
+    def items(self) -> list[dict[str, Any]]:
+        """Each response's input items, then its output, oldest first."""
+        items: list[dict[str, Any]] = []
+        for record in reversed(self.records):
+            items += record.input_items
+            items += record.response.get("output") or []
+        return items
 
 
 def _input_only(usage: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -92,6 +92,8 @@ class SQLiteResponseStore:
         self._writes: set[asyncio.Future[None]] = set()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="response-store")
         self._db: sqlite3.Connection | None = None
+        #: `chain_now`'s read-only connection (the thread that calls it: the event loop's)
+        self._reader: sqlite3.Connection | None = None
         self.bytes = 0
         self._last_age_check = 0.0
         try:
@@ -106,6 +108,10 @@ class SQLiteResponseStore:
         return fingerprint(self._secret, api_key)
 
     async def put(self, record: StoredResponse) -> None:
+        self.put_now(record)
+
+    def put_now(self, record: StoredResponse) -> None:
+        """Hand the record to the store's thread; served from memory until written."""
         self._pending[record.id] = record
         future = asyncio.wrap_future(self._executor.submit(self._write, record))
         self._writes.add(future)
@@ -128,6 +134,22 @@ class SQLiteResponseStore:
         chain.missing, chain.truncated = rest.missing, rest.truncated
         return chain
 
+    def chain_now(self, response_id: str, owner: str | None, limit: int) -> Chain:
+        """`chain` without awaiting, for the socket dialect: records still being written
+        from memory, the rest with one indexed statement on a read-only connection of
+        the calling thread (WAL: it never waits for the writer)."""
+        chain = walk_chain(lambda rid: self._pending_for(rid, owner), response_id, limit)
+        if chain.missing is None:
+            return chain
+        if self._reader is None:
+            self._reader = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True)
+        rest = _read_chain(
+            self._reader, chain.missing, owner, limit - len(chain.records), self._oldest_kept()
+        )
+        chain.records += rest.records
+        chain.missing, chain.truncated = rest.missing, rest.truncated
+        return chain
+
     async def delete(self, response_id: str, owner: str | None) -> bool:
         pending = self._pending.get(response_id)
         if pending is not None and pending.owner != owner:
@@ -144,6 +166,9 @@ class SQLiteResponseStore:
             await asyncio.gather(*self._writes, return_exceptions=True)
 
     async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         await self.flush()
         await self._run(self._close)
         self._executor.shutdown(wait=True)
@@ -232,19 +257,7 @@ class SQLiteResponseStore:
 
     def _chain(self, response_id: str, owner: str | None, limit: int) -> Chain:
         assert self._db is not None
-        oldest = self._oldest_kept()
-        rows = self._db.execute(
-            _CHAIN, (response_id, owner, oldest, owner, oldest, limit + 1)
-        ).fetchall()
-        records = [_record(row) for row in rows]
-        chain = Chain(records[:limit])
-        if len(records) > limit:
-            chain.truncated = True
-        elif not records:
-            chain.missing = response_id
-        else:
-            chain.missing = records[-1].previous_response_id  # None: the chain is whole
-        return chain
+        return _read_chain(self._db, response_id, owner, limit, self._oldest_kept())
 
     def _delete(self, response_id: str, owner: str | None) -> bool:
         assert self._db is not None
@@ -296,6 +309,21 @@ class SQLiteResponseStore:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+def _read_chain(
+    db: sqlite3.Connection, response_id: str, owner: str | None, limit: int, oldest: float
+) -> Chain:
+    rows = db.execute(_CHAIN, (response_id, owner, oldest, owner, oldest, limit + 1)).fetchall()
+    records = [_record(row) for row in rows]
+    chain = Chain(records[:limit])
+    if len(records) > limit:
+        chain.truncated = True
+    elif not records:
+        chain.missing = response_id
+    else:
+        chain.missing = records[-1].previous_response_id  # None: the chain is whole
+    return chain
 
 
 def _record(row: tuple[Any, ...]) -> StoredResponse:

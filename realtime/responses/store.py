@@ -89,6 +89,20 @@ class ResponseStore(Protocol):
         ...
 
 
+class ImmediateStore(ResponseStore, Protocol):
+    """A store that also reads and writes without awaiting (both embedded ones).
+
+    The socket dialect parses a `response.create` synchronously (the session core
+    never awaits), so it rebuilds a continuation's conversation with `chain_now`
+    and keeps the finished response with `put_now`. A store that cannot answer
+    without I/O (one shared over the network) would need an asynchronous prepare
+    step in the socket glue instead."""
+
+    def put_now(self, record: StoredResponse) -> None: ...
+
+    def chain_now(self, response_id: str, owner: str | None, limit: int) -> Chain: ...
+
+
 def fingerprint(secret: bytes, api_key: bytes | None) -> str | None:
     """HMAC-SHA256 of the key under the store's secret: 128 bits, hex."""
     if api_key is None:
@@ -146,6 +160,9 @@ class MemoryResponseStore:
         return self.get_now(response_id, owner)
 
     async def chain(self, response_id: str, owner: str | None, limit: int) -> Chain:
+        return self.chain_now(response_id, owner, limit)
+
+    def chain_now(self, response_id: str, owner: str | None, limit: int) -> Chain:
         return walk_chain(lambda rid: self.get_now(rid, owner), response_id, limit)
 
     async def delete(self, response_id: str, owner: str | None) -> bool:
@@ -159,6 +176,9 @@ class MemoryResponseStore:
         """Nothing to wait for: a put is done when it returns."""
 
     async def close(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
         self._records.clear()
         self.bytes = 0
 
