@@ -41,6 +41,7 @@ from realtime.responses import MemoryResponseStore, ResponsesService, ResponseSt
 from realtime.responses.sqlite_store import SQLiteResponseStore
 from realtime.ws.endpoint import realtime_endpoint
 from realtime.ws.hub import SessionHub
+from realtime.ws.responses_mode import responses_ws_endpoint
 
 log = logging.getLogger("realtime")
 
@@ -89,6 +90,7 @@ def routes() -> list[BaseRoute]:
         Route("/ready", openai_errors(ready), methods=["GET"]),
         Route("/metrics", openai_errors(metrics_route), methods=["GET"]),
         WebSocketRoute("/v1/realtime", realtime_endpoint),
+        WebSocketRoute("/v1/responses", responses_ws_endpoint),
     ]
 
 

@@ -190,7 +190,7 @@ class ResponsesService:
         except RealtimeError as exc:
             terminal = events.fail(responses_error(exc), usage())
         else:
-            terminal = events.finish(usage() if prepared.generate else _input_only(usage()))
+            terminal = events.finish(usage() if prepared.generate else input_only_usage(usage()))
         # Stored before the terminal event, so a continuation sent the moment it
         # arrives finds it (the SQLite store returns at once and writes on its thread).
         await self._keep(prepared)
@@ -373,7 +373,7 @@ class _ChainWalk:
         return items
 
 
-def _input_only(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+def input_only_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
     """A warm-up's usage: its prompt, and no output (the token it computed is dropped)."""
     if usage is None:
         return None
