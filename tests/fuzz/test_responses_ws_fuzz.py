@@ -26,8 +26,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from openai.types.responses.responses_server_event import ResponsesServerEvent
-from pydantic import TypeAdapter
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
@@ -35,13 +33,13 @@ from realtime.config import ServerConfig
 from tests.conftest import RunningServer, start_server
 from tests.fuzz.hostile_json import hostile_responses_bodies, json_values
 from tests.fuzz.test_http_fuzz import ErrorLog
+from tests.responses.sdk_types import check_socket_event
 
 MAX_FRAME = 16 * 1024
 TRANSPORT_FAULT_CLOSES = {1007, 1009}
 TRACEBACK_MARKERS = ("Traceback", 'File "', "site-packages", "realtime/")
 TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 EXAMPLES = 200
-SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(ResponsesServerEvent)
 
 stream_ids = (
     st.none() | st.sampled_from(["a", "b", "lane.1", "", "bad id", "x" * 257]) | json_values
@@ -153,7 +151,7 @@ def test_fuzzed_frames_never_break_websocket_mode(
                     raw = ws.recv(timeout=10)
                     assert isinstance(raw, str), "server frames are text"
                     frame = json.loads(raw)
-                    SERVER_EVENT.validate_python(frame)
+                    check_socket_event(frame)
                     kind = frame["type"]
                     if kind == "error":
                         _check_clean(raw)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from openai.types.responses import Response, ResponseItem, ResponseStreamEvent
+from openai.types.responses.responses_server_event import ResponsesServerEvent
 from pydantic import TypeAdapter
 
 STREAM_EVENT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
@@ -26,3 +27,14 @@ def check_response(response: dict[str, Any]) -> Response:
 
 def check_item(item: dict[str, Any]) -> Any:
     return ITEM.validate_python(item)
+
+
+SOCKET_EVENT: TypeAdapter[Any] = TypeAdapter(ResponsesServerEvent)
+
+
+def check_socket_event(event: dict[str, Any]) -> Any:
+    """Validate one WebSocket-mode frame against the SDK's `ResponsesServerEvent` union
+    (what `responses.connect()` parses), with `check_event`'s allowance for error codes."""
+    if event["type"] in ("response.failed",):
+        event = {**event, "response": {**event["response"], "error": None}}
+    return SOCKET_EVENT.validate_python(event)

@@ -9,17 +9,12 @@ import asyncio
 import json
 from typing import Any
 
-from openai._models import construct_type_unchecked
-from openai.types.responses.responses_server_event import ResponsesServerEvent
-from pydantic import TypeAdapter
-
 from realtime.engine.echo import EchoEngine
 from realtime.pipeline import ChatPipeline
 from realtime.responses import MemoryResponseStore, ResponsesService
 from realtime.responses.socket_codec import Create, ResponsesSocketCodec
 from realtime.responses.socket_run import SocketResponses
-
-SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(ResponsesServerEvent)
+from tests.responses.sdk_types import check_socket_event
 
 
 def service() -> ResponsesService:
@@ -44,9 +39,8 @@ def send(state: SocketResponses, **fields: Any) -> list[dict[str, Any]]:
 
     frames = asyncio.run(go())
     for frame in frames:
-        parsed = SERVER_EVENT.validate_python(frame)
+        parsed = check_socket_event(frame)
         assert parsed.type == frame["type"]
-        construct_type_unchecked(type_=ResponsesServerEvent, value=frame)  # type: ignore[arg-type]
     return frames
 
 

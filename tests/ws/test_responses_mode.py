@@ -16,17 +16,15 @@ from openai.lib.responses_websocket import (
     ResponsesWebSocketError,
     ResponsesWebSocketLimits,
 )
-from openai.types.responses.responses_server_event import ResponsesServerEvent
-from pydantic import TypeAdapter
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from realtime.config import ServerConfig
 from realtime.engine.echo import EchoTokenizer
 from tests.conftest import RunningServer, wait_until
+from tests.responses.sdk_types import check_socket_event
 
 TOKENIZER = EchoTokenizer()
-SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(ResponsesServerEvent)
 TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 LIMITS = ResponsesWebSocketLimits(
     max_lanes=8, max_events_per_lane=4096, max_events=8192, max_bytes_per_lane=1 << 24,
@@ -60,7 +58,7 @@ async def raw_until_terminal(ws: Any) -> list[dict[str, Any]]:
     frames = []
     while True:
         frame = json.loads(await ws.recv())
-        SERVER_EVENT.validate_python(frame)  # every frame is one the SDK knows
+        check_socket_event(frame)  # every frame is one the SDK knows
         frames.append(frame)
         if frame["type"] in TERMINAL or frame["type"] == "error":
             return frames
@@ -263,7 +261,7 @@ def test_every_client_event_is_served_or_refused_by_name(echo: RunningServer) ->
     ]
     assert errors[0]["stream_id"] == "s" and "response.steer" in errors[0]["error"]["message"]
     for error in errors:
-        SERVER_EVENT.validate_python(error)
+        check_socket_event(error)
         assert error["type"] == "error" and error["status"] == 400
     assert after[-1]["type"] == "response.completed"
 
