@@ -6,8 +6,11 @@
     events.py        chat chunks -> Responses events with sequence_number
     store.py         the store interface, its record, the in-memory store
     sqlite_store.py  the embedded SQLite store (`--response-store DIR`)
-    service.py       prepare / events / complete over the chat pipeline, and the
+    service.py       prepare / events / complete over the chat pipeline, plan and
+                     history_now for the socket (no awaiting), and the
                      stored-response operations (retrieve, input items, delete)
+    socket_codec.py  WebSocket mode's frames: client events in, lanes, error events
+                     (the dialect itself is realtime/session/responses_frames.py)
 
 Generation is the chat pipeline's (`ChatPipeline.prepare` and `stream`): a
 Responses request becomes a chat request and its chunks become Responses
