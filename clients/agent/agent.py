@@ -205,9 +205,7 @@ class ResponsesSocketTransport:
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
         started = time.monotonic()
-        new = messages[self.known :]
-        if self.previous is not None:
-            new = new[1:]  # the assistant turn the loop appended is the server's own answer
+        new = messages[self.known :]  # `known` counts the server's own answer too
         instructions = "\n".join(m["content"] for m in messages if m["role"] == "system")
         items: list[dict[str, Any]] = []
         for message in new:
