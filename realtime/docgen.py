@@ -44,11 +44,14 @@ from realtime.responses.items import (
     MessageItem,
     ReasoningItem,
 )
-from realtime.responses.request import ResponsesRequest
+from realtime.responses.request import ResponseCreateEvent, ResponsesRequest
 from realtime.responses.schemas import (
     DeletedResponse,
     InputItemList,
     ResponseStreamEvent,
+    SocketErrorEvent,
+    SocketResponseEvent,
+    SocketSteerEvent,
 )
 from realtime.responses.schemas import Response as ResponseObject
 from realtime.responses.tools import FunctionTool
@@ -450,12 +453,25 @@ _CLOSE_CODES = {
 }
 
 
+#: WebSocket mode at /v1/responses: its client events and server events.
+RESPONSES_CLIENT_EVENTS: dict[str, type[BaseModel]] = {
+    "ResponseCreateEvent": ResponseCreateEvent,
+    "ResponseSteerEvent": SocketSteerEvent,
+}
+RESPONSES_SERVER_EVENTS: dict[str, type[BaseModel]] = {
+    "ResponsesServerEvent": SocketResponseEvent,
+    "ResponsesErrorEvent": SocketErrorEvent,
+}
+
+
 def asyncapi(routes: list[BaseRoute]) -> dict[str, Any]:
     ws_paths = [r.path for r in routes if isinstance(r, WebSocketRoute)]
     frame_models = {**CLIENT_FRAMES, **SERVER_FRAMES}
-    refs, schemas = component_schemas([(m, "validation") for m in frame_models.values()])
+    responses_models = {**RESPONSES_CLIENT_EVENTS, **RESPONSES_SERVER_EVENTS}
+    every_model = {**frame_models, **responses_models}
+    refs, schemas = component_schemas([(m, "validation") for m in every_model.values()])
     messages = {}
-    for name, model in frame_models.items():
+    for name, model in every_model.items():
         messages[name] = {
             "name": name,
             "title": name,
@@ -463,14 +479,17 @@ def asyncapi(routes: list[BaseRoute]) -> dict[str, Any]:
             "contentType": "application/json",
             "payload": dict(refs[(model, "validation")]),
         }
-    channel_messages = {n: {"$ref": f"#/components/messages/{n}"} for n in messages}
+    channel_messages = {n: {"$ref": f"#/components/messages/{n}"} for n in frame_models}
+    responses_messages = {n: {"$ref": f"#/components/messages/{n}"} for n in responses_models}
 
-    def operation(action: str, names: list[str], summary: str) -> dict[str, Any]:
+    def operation(
+        action: str, names: list[str], summary: str, channel: str = "realtime"
+    ) -> dict[str, Any]:
         return {
             "action": action,
             "summary": summary,
-            "channel": {"$ref": "#/channels/realtime"},
-            "messages": [{"$ref": f"#/channels/realtime/messages/{n}"} for n in names],
+            "channel": {"$ref": f"#/channels/{channel}"},
+            "messages": [{"$ref": f"#/channels/{channel}/messages/{n}"} for n in names],
         }
 
     return {
@@ -524,13 +543,32 @@ def asyncapi(routes: list[BaseRoute]) -> dict[str, Any]:
                     }
                 },
                 "x-close-codes": {str(k): v for k, v in _CLOSE_CODES.items()},
-            }
+            },
+            "responses": {
+                "address": "/v1/responses",
+                "description": "The Responses API's WebSocket mode (`client.responses.connect()`"
+                " of the openai SDK): `response.create` events in, the Responses stream"
+                " events out, each with its lane's `stream_id`. The handshake is /v1/realtime's;"
+                " a bad event costs an `error` event, never the socket.",
+                "messages": responses_messages,
+                "x-close-codes": {"1000": _CLOSE_CODES[1000], "1001": _CLOSE_CODES[1001],
+                                  "1007": "a text frame that is not UTF-8",
+                                  "1009": _CLOSE_CODES[1009], "1011": _CLOSE_CODES[1011]},
+            },
         },
         "operations": {
             "receiveClientFrames": operation(
                 "receive", list(CLIENT_FRAMES), "Frames a client sends"
             ),
             "sendServerFrames": operation("send", list(SERVER_FRAMES), "Frames the server sends"),
+            "receiveResponsesEvents": operation(
+                "receive", list(RESPONSES_CLIENT_EVENTS), "WebSocket mode: what a client sends",
+                "responses",
+            ),
+            "sendResponsesEvents": operation(
+                "send", list(RESPONSES_SERVER_EVENTS), "WebSocket mode: what the server sends",
+                "responses",
+            ),
         },
         "components": {
             "messages": messages,

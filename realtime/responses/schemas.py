@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
@@ -191,3 +191,62 @@ class ResponseStreamEvent(_Open):
     code: str | None = None
     message: str | None = None
     param: str | None = None
+
+
+# --- WebSocket mode (docs/asyncapi.yaml's `responses` channel) ---
+
+#: The SDK's pattern for a lane.
+STREAM_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,256}$"
+
+
+class SocketResponseEvent(ResponseStreamEvent):
+    """One WebSocket-mode server event: a stream event (as over SSE, never `error`), with
+    its lane's `stream_id` when the `response.create` named one."""
+
+    type: Literal[
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.content_part.added",
+        "response.content_part.done",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.completed",
+        "response.incomplete",
+        "response.failed",
+    ]
+    stream_id: str | None = Field(default=None, pattern=STREAM_ID_PATTERN)
+
+
+class SocketErrorObject(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class SocketErrorEvent(BaseModel):
+    """WebSocket mode's `error` event: a request that could not start, a frame that is not
+    a client event, a limit. The socket stays open."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["error"]
+    #: The HTTP status the error would have had.
+    status: int
+    error: SocketErrorObject
+    stream_id: str | None = Field(default=None, pattern=STREAM_ID_PATTERN)
+    sequence_number: int | None = None
+
+
+class SocketSteerEvent(BaseModel):
+    """`response.steer` (the SDK defines it): refused with an `error` event, `unsupported`."""
+
+    type: Literal["response.steer"]
+    previous_response_id: str
+    input: str | list[dict[str, Any]]
