@@ -173,9 +173,9 @@ def _add_response_store_arguments(serve: argparse.ArgumentParser, d: ServerConfi
         type=_non_negative_float,
         default=d.responses_ws_max_age_seconds,
         metavar="SECONDS",
-        help="seconds a WebSocket to /v1/responses takes new responses; then"
-        " websocket_connection_limit_reached and the socket closes when its responses end"
-        " (default %(default)s = 60 minutes, as OpenAI's; 0 = no limit)",
+        help="seconds a WebSocket to /v1/responses takes new responses; after that each"
+        " response.create gets websocket_connection_limit_reached (the client opens a new"
+        " connection) (default %(default)s = 60 minutes, as OpenAI's; 0 = no limit)",
     )
     store.add_argument(
         "--responses-ws-max-streams",

@@ -96,8 +96,8 @@ class ServerConfig:
     #: Bytes of stored responses (their JSON); beyond it the oldest go. 0 = no limit.
     response_store_max_bytes: int = 1024 * 1024 * 1024
     #: WebSocket mode: seconds a socket to /v1/responses takes new responses (OpenAI's
-    #: 60 minutes); then `websocket_connection_limit_reached`, and the socket closes
-    #: once its responses have ended. 0 = no limit.
+    #: 60 minutes); then each `response.create` is refused with
+    #: `websocket_connection_limit_reached` (open a new connection). 0 = no limit.
     responses_ws_max_age_seconds: float = 3600.0
     #: WebSocket mode: distinct named lanes (`stream_id`) per socket (OpenAI's 32).
     responses_ws_max_streams: int = 32

@@ -126,9 +126,8 @@ LIMITS: list[tuple[str, str, str, str]] = [
     ("--response-store-max-bytes", "response_store_max_bytes", "bytes",
      "stored responses (their JSON) beyond this: the oldest are deleted (0 = no limit)"),
     ("--responses-ws-max-age", "responses_ws_max_age_seconds", "seconds",
-     "a WebSocket to /v1/responses takes new responses this long; then"
-     " `websocket_connection_limit_reached`, and it closes when its responses end (0 = no"
-     " limit)"),
+     "a WebSocket to /v1/responses takes new responses this long; then each"
+     " `response.create` is refused with `websocket_connection_limit_reached` (0 = no limit)"),
     ("--responses-ws-max-streams", "responses_ws_max_streams", "lanes",
      "distinct named `stream_id`s on one WebSocket to /v1/responses; a new one past it:"
      " `websocket_stream_limit_reached`"),
