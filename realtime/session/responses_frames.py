@@ -64,8 +64,8 @@ DEFAULT_MEMORY_BYTES = 64 * 1024 * 1024
 class ResponseCancelledError(RealtimeError):
     """The response was stopped before its end (the socket is closing, or shutdown)."""
 
-    status = 499
-    error_type = "invalid_request_error"
+    status = 503
+    error_type = "server_error"
     default_code = "response_cancelled"
 
 
