@@ -394,3 +394,27 @@ def test_named_lanes_are_limited_per_socket(server_factory: Any) -> None:
     [error] = asyncio.run(go())
     assert error["error"]["code"] == "websocket_stream_limit_reached"
     assert error["stream_id"] == "c"
+
+
+def test_a_sockets_store_false_memory_is_bounded(server_factory: Any) -> None:
+    """`--responses-ws-memory-bytes`: past it the socket's oldest `store: false` response
+    goes, and continuing it is `previous_response_not_found`; the newest still continues."""
+    server = server_factory(ServerConfig(log_level="warning", responses_ws_memory_bytes=3000))
+
+    async def go() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        async with connect(ws_url(server)) as ws:
+            ids = []
+            for n in range(3):
+                create = {"type": "response.create", "model": "echo", "store": False,
+                          "input": f"turn {n} " + "words " * 60}  # fmt: skip
+                await ws.send(json.dumps(create))
+                ids.append((await raw_until_terminal(ws))[-1]["response"]["id"])
+            more = {"type": "response.create", "model": "echo", "input": "more"}
+            await ws.send(json.dumps({**more, "previous_response_id": ids[0]}))
+            oldest = await raw_until_terminal(ws)
+            await ws.send(json.dumps({**more, "previous_response_id": ids[-1]}))
+            return oldest, await raw_until_terminal(ws)
+
+    oldest, newest = asyncio.run(go())
+    assert oldest[-1]["error"]["code"] == "previous_response_not_found"
+    assert newest[-1]["type"] == "response.completed"
