@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -102,6 +103,24 @@ def _server(ctx: RunContext, name: str, model_dir: Path, params: Params) -> Serv
     return start_server(name, argv, ctx.scratch, timeout=120.0)
 
 
+def _start_both(ctx: RunContext, model_dir: Path, params: Params) -> list[ServerProcess]:
+    """The chat and the Responses server, loading the model at the same time; if one
+    fails to start, the other is stopped."""
+    with ThreadPoolExecutor(2) as pool:
+        starting = [
+            pool.submit(_server, ctx, name, model_dir, params)
+            for name in ("agent-chat", "agent-responses")
+        ]
+        wait(starting)
+    failed = [f.exception() for f in starting if f.exception() is not None]
+    if failed:
+        for future in starting:
+            if future.exception() is None:
+                future.result().stop()
+        raise failed[0]  # type: ignore[misc]
+    return [future.result() for future in starting]
+
+
 async def _loop(transport: AgentTransport, turns: int, tool_seconds: float) -> list[TurnTiming]:
     timings = []
     try:
@@ -134,10 +153,8 @@ def run(ctx: RunContext) -> ScenarioResult:
     result = ScenarioResult(NAME, TITLE, SUMMARY, {**asdict(p), **SIZES[p.model]})
     model_dir = _model_dir(ctx, p)
     per_turn: dict[str, list[list[TurnTiming]]] = {v: [] for v in VARIANTS}
-    with (
-        running(_server(ctx, "agent-chat", model_dir, p)) as chat_server,
-        running(_server(ctx, "agent-responses", model_dir, p)) as responses_server,
-    ):
+    started = _start_both(ctx, model_dir, p)
+    with running(started[0]) as chat_server, running(started[1]) as responses_server:
         servers = {"chat": chat_server, "responses": responses_server}
         refused = asyncio.run(socket_mode_available(f"ws://127.0.0.1:{responses_server.port}"))
         variants = [v for v in VARIANTS if v != RESPONSES_WS or refused is None]
