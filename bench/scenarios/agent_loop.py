@@ -69,6 +69,8 @@ SIZES = {
     },
 }
 GOAL = 0.6
+#: The end-to-end time of the same loop on the echo engine (the APIs' own cost).
+ECHO_METRIC = "end-to-end, echo engine"
 
 
 @dataclass(frozen=True)
@@ -134,18 +136,39 @@ async def _loop(transport: AgentTransport, turns: int, tool_seconds: float) -> l
 
 
 async def _run_variant(
-    variant: str, servers: dict[str, ServerProcess], agent: AgentScript, params: Params
+    variant: str, ports: dict[str, int], agent: AgentScript, params: Params
 ) -> list[TurnTiming]:
+    """One conversation; `ports`: the chat server's and the Responses server's."""
     settings = Settings(MODEL_NAME, params.answer_tokens)
     if variant == CHAT:
-        chat = ChatHttp(f"http://127.0.0.1:{servers['chat'].port}", agent, settings)
+        chat = ChatHttp(f"http://127.0.0.1:{ports['chat']}", agent, settings)
         return await _loop(chat, agent.turns, params.tool_seconds)
-    port = servers["responses"].port
+    port = ports["responses"]
     if variant == RESPONSES_HTTP:
         http = ResponsesHttp(f"http://127.0.0.1:{port}", agent, settings)
         return await _loop(http, agent.turns, params.tool_seconds)
     socket = await ResponsesSocket.open(f"ws://127.0.0.1:{port}", agent, settings)
     return await _loop(socket, agent.turns, params.tool_seconds)
+
+
+def _echo_overhead(ctx: RunContext, result: ScenarioResult, p: Params, variants: list[str]) -> None:
+    """The same loop on the echo engine (no model work, no cache): what is left is each
+    API's own cost per turn, request and events, on both ends."""
+    argv = [
+        "-m", "realtime", "serve", "--host", "127.0.0.1", "--port", "0", "--engine", "echo",
+        "--model-name", MODEL_NAME, "--log-level", "warning", "--shutdown-grace", "2",
+        "--no-ui",
+    ]  # fmt: skip
+    with running(start_server("agent-echo", argv, ctx.scratch)) as echo:
+        ports = {"chat": echo.port, "responses": echo.port}
+        quick = Params(p.turns, p.answer_tokens, p.runbook_lines, 0.0, p.model)
+        for repeat in range(ctx.repeats):
+            agent = script(seed=1000 + repeat, turns=p.turns, runbook_lines=p.runbook_lines)
+            for variant in rotated(variants, repeat):
+                timings = asyncio.run(_run_variant(variant, ports, agent, quick))
+                result.metric(variant, ECHO_METRIC, "s").runs.append(
+                    sum(t.total_s for t in timings)
+                )
 
 
 def run(ctx: RunContext) -> ScenarioResult:
@@ -155,7 +178,7 @@ def run(ctx: RunContext) -> ScenarioResult:
     per_turn: dict[str, list[list[TurnTiming]]] = {v: [] for v in VARIANTS}
     started = _start_both(ctx, model_dir, p)
     with running(started[0]) as chat_server, running(started[1]) as responses_server:
-        servers = {"chat": chat_server, "responses": responses_server}
+        ports = {"chat": chat_server.port, "responses": responses_server.port}
         refused = asyncio.run(socket_mode_available(f"ws://127.0.0.1:{responses_server.port}"))
         variants = [v for v in VARIANTS if v != RESPONSES_WS or refused is None]
         if refused is not None:
@@ -166,12 +189,12 @@ def run(ctx: RunContext) -> ScenarioResult:
         # One short conversation per variant first: loads the model's code paths.
         warm = script(seed=10_000, turns=2, runbook_lines=2)
         for variant in variants:
-            asyncio.run(_run_variant(variant, servers, warm, p))
+            asyncio.run(_run_variant(variant, ports, warm, p))
         for repeat in range(ctx.repeats):
             agent = script(seed=repeat, turns=p.turns, runbook_lines=p.runbook_lines)
             before = snapshot()
             for variant in rotated(variants, repeat):
-                timings = asyncio.run(_run_variant(variant, servers, agent, p))
+                timings = asyncio.run(_run_variant(variant, ports, agent, p))
                 per_turn[variant].append(timings)
                 total = sum(t.total_s for t in timings)
                 result.metric(variant, "end-to-end", "s").runs.append(total)
@@ -190,6 +213,7 @@ def run(ctx: RunContext) -> ScenarioResult:
                     f"{timings[-1].input_tokens} input tokens, {timings[-1].cached_tokens} cached",
                 )
             result.metric("all", BACKGROUND, "cores").runs.append(other_cores(before, snapshot()))
+    _echo_overhead(ctx, result, p, variants)
     _judge(result, p, per_turn, variants)
     return result
 
@@ -201,10 +225,13 @@ def _judge(
     variants: list[str],
 ) -> None:
     chat = result.metric(CHAT, "end-to-end", "s").runs
+    echo_chat = result.metric(CHAT, ECHO_METRIC, "s").runs
     for variant, label in ((RESPONSES_HTTP, "HTTP"), (RESPONSES_WS, "WebSocket")):
         if variant in variants:
             ratio = result.metric("ratio", f"responses {label} / chat (end-to-end)", "x")
             ratio.runs = paired_ratios(result.metric(variant, "end-to-end", "s").runs, chat)
+            echo = result.metric("ratio", f"responses {label} / chat (echo engine)", "x")
+            echo.runs = paired_ratios(result.metric(variant, ECHO_METRIC, "s").runs, echo_chat)
     ws = result.get("ratio", "responses WebSocket / chat (end-to-end)")
     result.goals.append(
         Goal.judge(
@@ -251,6 +278,12 @@ def _judge(
         + f"), float32, torch with {p.threads} thread(s); {p.turns} turns of "
         f"{p.answer_tokens}-token answers (`max_output_tokens`, sampled at temperature 1), "
         f"{p.tool_seconds} s of tool time between turns (not counted)."
+    )
+    result.notes.append(
+        "`end-to-end, echo engine`: the same conversations against the echo engine (no "
+        "model work, no cache; the answer is the first user message cut to the answer "
+        "length), without tool time: what remains is each API's own per-turn cost, the "
+        "request, its parsing and the events, on both ends."
     )
     result.notes.append(
         "The model cannot choose tools (random weights), so the client attaches each "
