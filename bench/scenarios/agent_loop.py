@@ -165,9 +165,14 @@ def _echo_overhead(ctx: RunContext, result: ScenarioResult, p: Params, variants:
         for repeat in range(ctx.repeats):
             agent = script(seed=1000 + repeat, turns=p.turns, runbook_lines=p.runbook_lines)
             for variant in rotated(variants, repeat):
+                cpu = echo.cpu()
                 timings = asyncio.run(_run_variant(variant, ports, agent, quick))
+                cpu = echo.cpu() - cpu
                 result.metric(variant, ECHO_METRIC, "s").runs.append(
                     sum(t.total_s for t in timings)
+                )
+                result.metric(variant, "server CPU per turn, echo engine", "ms").runs.append(
+                    cpu / len(timings) * 1000
                 )
 
 
@@ -179,6 +184,11 @@ def run(ctx: RunContext) -> ScenarioResult:
     started = _start_both(ctx, model_dir, p)
     with running(started[0]) as chat_server, running(started[1]) as responses_server:
         ports = {"chat": chat_server.port, "responses": responses_server.port}
+        owner = {
+            CHAT: chat_server,
+            RESPONSES_HTTP: responses_server,
+            RESPONSES_WS: responses_server,
+        }
         refused = asyncio.run(socket_mode_available(f"ws://127.0.0.1:{responses_server.port}"))
         variants = [v for v in VARIANTS if v != RESPONSES_WS or refused is None]
         if refused is not None:
@@ -194,7 +204,12 @@ def run(ctx: RunContext) -> ScenarioResult:
             agent = script(seed=repeat, turns=p.turns, runbook_lines=p.runbook_lines)
             before = snapshot()
             for variant in rotated(variants, repeat):
+                cpu = owner[variant].cpu()
                 timings = asyncio.run(_run_variant(variant, ports, agent, p))
+                cpu = owner[variant].cpu() - cpu
+                result.metric(variant, "server CPU per turn", "ms").runs.append(
+                    cpu / len(timings) * 1000
+                )
                 per_turn[variant].append(timings)
                 total = sum(t.total_s for t in timings)
                 result.metric(variant, "end-to-end", "s").runs.append(total)
@@ -278,6 +293,11 @@ def _judge(
         + f"), float32, torch with {p.threads} thread(s); {p.turns} turns of "
         f"{p.answer_tokens}-token answers (`max_output_tokens`, sampled at temperature 1), "
         f"{p.tool_seconds} s of tool time between turns (not counted)."
+    )
+    result.notes.append(
+        "`server CPU per turn`: the serving process's CPU time (all threads) over the "
+        "conversation, per turn; for the Responses variants it includes the next-turn "
+        "warm-ups they ask for."
     )
     result.notes.append(
         "`end-to-end, echo engine`: the same conversations against the echo engine (no "
