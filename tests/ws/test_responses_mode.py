@@ -17,7 +17,7 @@ from openai.lib.responses_websocket import (
     ResponsesWebSocketLimits,
 )
 from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from realtime.config import ServerConfig
 from realtime.engine.echo import EchoTokenizer
@@ -418,3 +418,35 @@ def test_a_sockets_store_false_memory_is_bounded(server_factory: Any) -> None:
     oldest, newest = asyncio.run(go())
     assert oldest[-1]["error"]["code"] == "previous_response_not_found"
     assert newest[-1]["type"] == "response.completed"
+
+
+def test_shutdown_ends_running_responses_failed_and_closes_1001(server_factory: Any) -> None:
+    """The shutdown grace runs out while a response streams: it ends `response.failed`
+    (`response_cancelled`), the engine stops, the socket closes 1001."""
+    server = server_factory(
+        ServerConfig(echo_delay=0.05, shutdown_grace_seconds=0.3, log_level="warning")
+    )
+    text = " ".join(f"word{i}" for i in range(200))
+
+    async def go() -> tuple[list[dict[str, Any]], int | None]:
+        frames: list[dict[str, Any]] = []
+        async with connect(ws_url(server)) as ws:
+            create = {"type": "response.create", "model": "echo", "input": text}
+            await ws.send(json.dumps({**create, "stream_id": "long"}))
+            frames.append(json.loads(await ws.recv()))
+            stopper = asyncio.get_running_loop().run_in_executor(None, server.stop)
+            try:
+                while True:
+                    frames.append(json.loads(await ws.recv()))
+            except ConnectionClosed as closed:
+                code = closed.rcvd.code if closed.rcvd is not None else None
+            await stopper
+        return frames, code
+
+    frames, code = asyncio.run(go())
+    assert code == 1001
+    terminal = [f for f in frames if f["type"] in TERMINAL]
+    assert [f["type"] for f in terminal] == ["response.failed"]
+    assert terminal[0]["response"]["error"]["code"] == "response_cancelled"
+    assert terminal[0]["stream_id"] == "long"
+    assert server.engine.stats.active == 0
