@@ -16,7 +16,7 @@ from realtime.asgi.access import OPEN_PATHS, AccessGuard
 from realtime.asgi.auth import ApiKeys, OriginPolicy
 from realtime.asgi.lifecycle import Lifecycle
 from realtime.asgi.lifespan_errors import OneLineLifespanErrors
-from realtime.config import ServerConfig, constraint_limits
+from realtime.config import ServerConfig, constraint_limits, input_limits
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
 from realtime.engine.registry import build_engine, resolve_engine
@@ -26,13 +26,23 @@ from realtime.http.errors import handle_http_exception, handle_realtime_error, o
 from realtime.http.metrics import metrics as metrics_route
 from realtime.http.models import get_model, health, list_models, ready
 from realtime.http.observe import HttpObserver
+from realtime.http.responses import (
+    cancel_response,
+    create_response,
+    delete_response,
+    get_response,
+    list_input_items,
+)
 from realtime.http.ui import ui_routes
 from realtime.observability.metrics import Metrics
 from realtime.pipeline import ChatPipeline
 from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.errors import RealtimeError
+from realtime.responses import MemoryResponseStore, ResponsesService, ResponseStore
+from realtime.responses.sqlite_store import SQLiteResponseStore
 from realtime.ws.endpoint import realtime_endpoint
 from realtime.ws.hub import SessionHub
+from realtime.ws.responses_mode import responses_ws_endpoint
 
 log = logging.getLogger("realtime")
 
@@ -67,13 +77,35 @@ def routes() -> list[BaseRoute]:
     return [
         Route("/v1/chat/completions", openai_errors(chat_completions), methods=["POST"]),
         Route("/v1/completions", openai_errors(completions), methods=["POST"]),
+        Route("/v1/responses", openai_errors(create_response), methods=["POST"]),
+        Route("/v1/responses/{response_id}", openai_errors(get_response), methods=["GET"]),
+        Route("/v1/responses/{response_id}", openai_errors(delete_response), methods=["DELETE"]),
+        Route(
+            "/v1/responses/{response_id}/input_items",
+            openai_errors(list_input_items),
+            methods=["GET"],
+        ),
+        Route(
+            "/v1/responses/{response_id}/cancel", openai_errors(cancel_response), methods=["POST"]
+        ),
         Route("/v1/models", openai_errors(list_models), methods=["GET"]),
         Route("/v1/models/{model_id:path}", openai_errors(get_model), methods=["GET"]),
         Route("/health", openai_errors(health), methods=["GET"]),
         Route("/ready", openai_errors(ready), methods=["GET"]),
         Route("/metrics", openai_errors(metrics_route), methods=["GET"]),
         WebSocketRoute("/v1/realtime", realtime_endpoint),
+        WebSocketRoute("/v1/responses", responses_ws_endpoint),
     ]
+
+
+def response_store(config: ServerConfig) -> ResponseStore:
+    """The store of `store: true` responses: SQLite under the configured directory, or
+    memory. Raises ValueError when the directory cannot hold it."""
+    age, size = config.response_store_max_age_seconds, config.response_store_max_bytes
+    if config.response_store_dir is None:
+        log.info("stored responses are kept in memory (lost on restart; see --response-store)")
+        return MemoryResponseStore(max_age_seconds=age, max_bytes=size)
+    return SQLiteResponseStore(config.response_store_dir, max_age_seconds=age, max_bytes=size)
 
 
 def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
@@ -90,6 +122,7 @@ def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
         max_tokens_cap=config.max_tokens_cap,
         constraint_limits=constraint_limits(config),
     )
+    responses = ResponsesService(pipeline, response_store(config), limits=input_limits(config))
     metrics = Metrics()
     hub = SessionHub(config.max_connections)
     ui = ui_routes() if config.ui else []
@@ -107,6 +140,7 @@ def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
         finally:
             await pipeline.aclose()  # no warm-up may outlive the engine
             await engine.close()
+            await responses.aclose()  # pending response writes reach the disk
 
     app = Starlette(
         routes=table,
@@ -133,6 +167,7 @@ def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
     app.state.config = config
     app.state.pipeline = pipeline
     app.state.completions = CompletionPipeline(pipeline)
+    app.state.responses = responses
     app.state.hub = hub
     app.state.metrics = metrics
     app.state.lifecycle = Lifecycle()

@@ -42,6 +42,23 @@ from realtime.protocol.frame_models import CLIENT_FRAMES, SERVER_FRAMES
 from realtime.protocol.request import ChatCompletionRequest
 from realtime.protocol.response import ChatCompletion, ChatCompletionChunk, ErrorBody
 from realtime.protocol.states import REQUEST, SETUP, SOCKET
+from realtime.responses.items import (
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    MessageItem,
+    ReasoningItem,
+)
+from realtime.responses.request import ResponseCreateEvent, ResponsesRequest
+from realtime.responses.schemas import (
+    DeletedResponse,
+    InputItemList,
+    ResponseStreamEvent,
+    SocketErrorEvent,
+    SocketResponseEvent,
+    SocketSteerEvent,
+)
+from realtime.responses.schemas import Response as ResponseObject
+from realtime.responses.tools import FunctionTool
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 REF = "#/components/schemas/{model}"
@@ -188,12 +205,23 @@ _ERROR_STATUSES = {
     " max_tokens over the cap, a key in the query string)",
     "401": "Missing or wrong API key (when the server has keys)",
     "403": "Origin not allowed",
-    "404": "Unknown model",
+    "404": "Unknown model, or an unknown response id",
     "500": "Engine or internal error",
     "503": "Engine unavailable, or the server is shutting down",
 }
 
 _OPEN_PATHS = {"/health", "/ready"}
+
+
+def _path_param(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _query_param(name: str, kind: str) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": kind}
+    if kind == "array":
+        schema["items"] = {"type": "string"}
+    return {"name": name, "in": "query", "required": False, "schema": schema}
 
 
 def _openapi_path(path: str) -> str:
@@ -226,6 +254,16 @@ def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
         (ServedModel, "serialization"),
         (Health, "serialization"),
         (Readiness, "serialization"),
+        (ResponsesRequest, "validation"),
+        (MessageItem, "validation"),
+        (FunctionCallItem, "validation"),
+        (FunctionCallOutputItem, "validation"),
+        (ReasoningItem, "validation"),
+        (FunctionTool, "validation"),
+        (ResponseObject, "serialization"),
+        (ResponseStreamEvent, "serialization"),
+        (InputItemList, "serialization"),
+        (DeletedResponse, "serialization"),
     ]
     refs, schemas = component_schemas(models)
 
@@ -283,6 +321,62 @@ def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
                 },
                 **errors("400", "401", "403", "404", "500", "503"),
             },
+        },
+        ("/v1/responses", "post"): {
+            "summary": "Create a response (the OpenAI Responses API)",
+            "description": "`input` is a string or a list of items: "
+            + ", ".join(f"`{m.__name__}`" for m in
+                        (MessageItem, FunctionCallItem, FunctionCallOutputItem, ReasoningItem))
+            + "; `tools` are `FunctionTool`s. `stream: false` (the default): one Response."
+            " `stream: true`: server-sent events, each `event: <type>` and"
+            " `data: <ResponseStreamEvent>`, numbered by `sequence_number`, ending with"
+            " `response.completed`, `response.incomplete` or `response.failed` (no"
+            " `[DONE]`). `store` (default true) keeps the response for GET and"
+            " `previous_response_id`.",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": ref(ResponsesRequest, "validation")}},
+            },
+            "responses": {
+                "200": {
+                    "description": "The Response, or its events as server-sent events",
+                    "content": {
+                        "application/json": {"schema": ref(ResponseObject)},
+                        "text/event-stream": {"schema": ref(ResponseStreamEvent)},
+                    },
+                },
+                **errors("400", "401", "403", "404", "500", "503"),
+            },
+        },
+        ("/v1/responses/{response_id}", "get"): {
+            "summary": "A stored response",
+            "parameters": [_path_param("response_id"), _query_param("include", "array")],
+            "responses": {"200": json_body(ref(ResponseObject), "The Response"),
+                          **errors("400", "401", "403", "404")},
+        },
+        ("/v1/responses/{response_id}", "delete"): {
+            "summary": "Delete a stored response",
+            "parameters": [_path_param("response_id")],
+            "responses": {"200": json_body(ref(DeletedResponse), "Deleted"),
+                          **errors("400", "401", "403", "404")},
+        },
+        ("/v1/responses/{response_id}/input_items", "get"): {
+            "summary": "A stored response's input items, a page at a time",
+            "parameters": [
+                _path_param("response_id"),
+                _query_param("after", "string"),
+                _query_param("limit", "integer"),
+                _query_param("order", "string"),
+                _query_param("include", "array"),
+            ],
+            "responses": {"200": json_body(ref(InputItemList), "A page of input items"),
+                          **errors("400", "401", "403", "404")},
+        },
+        ("/v1/responses/{response_id}/cancel", "post"): {
+            "summary": "Cancel a background response: always 400 here (no background"
+            " responses); 404 for an unknown id",
+            "parameters": [_path_param("response_id")],
+            "responses": {**errors("400", "401", "403", "404")},
         },
         ("/v1/models", "get"): {
             "summary": "List the served model",
@@ -363,12 +457,25 @@ _CLOSE_CODES = {
 }
 
 
+#: WebSocket mode at /v1/responses: its client events and server events.
+RESPONSES_CLIENT_EVENTS: dict[str, type[BaseModel]] = {
+    "ResponseCreateEvent": ResponseCreateEvent,
+    "ResponseSteerEvent": SocketSteerEvent,
+}
+RESPONSES_SERVER_EVENTS: dict[str, type[BaseModel]] = {
+    "ResponsesServerEvent": SocketResponseEvent,
+    "ResponsesErrorEvent": SocketErrorEvent,
+}
+
+
 def asyncapi(routes: list[BaseRoute]) -> dict[str, Any]:
     ws_paths = [r.path for r in routes if isinstance(r, WebSocketRoute)]
     frame_models = {**CLIENT_FRAMES, **SERVER_FRAMES}
-    refs, schemas = component_schemas([(m, "validation") for m in frame_models.values()])
+    responses_models = {**RESPONSES_CLIENT_EVENTS, **RESPONSES_SERVER_EVENTS}
+    every_model = {**frame_models, **responses_models}
+    refs, schemas = component_schemas([(m, "validation") for m in every_model.values()])
     messages = {}
-    for name, model in frame_models.items():
+    for name, model in every_model.items():
         messages[name] = {
             "name": name,
             "title": name,
@@ -376,14 +483,17 @@ def asyncapi(routes: list[BaseRoute]) -> dict[str, Any]:
             "contentType": "application/json",
             "payload": dict(refs[(model, "validation")]),
         }
-    channel_messages = {n: {"$ref": f"#/components/messages/{n}"} for n in messages}
+    channel_messages = {n: {"$ref": f"#/components/messages/{n}"} for n in frame_models}
+    responses_messages = {n: {"$ref": f"#/components/messages/{n}"} for n in responses_models}
 
-    def operation(action: str, names: list[str], summary: str) -> dict[str, Any]:
+    def operation(
+        action: str, names: list[str], summary: str, channel: str = "realtime"
+    ) -> dict[str, Any]:
         return {
             "action": action,
             "summary": summary,
-            "channel": {"$ref": "#/channels/realtime"},
-            "messages": [{"$ref": f"#/channels/realtime/messages/{n}"} for n in names],
+            "channel": {"$ref": f"#/channels/{channel}"},
+            "messages": [{"$ref": f"#/channels/{channel}/messages/{n}"} for n in names],
         }
 
     return {
@@ -437,13 +547,32 @@ def asyncapi(routes: list[BaseRoute]) -> dict[str, Any]:
                     }
                 },
                 "x-close-codes": {str(k): v for k, v in _CLOSE_CODES.items()},
-            }
+            },
+            "responses": {
+                "address": "/v1/responses",
+                "description": "The Responses API's WebSocket mode (`client.responses.connect()`"
+                " of the openai SDK): `response.create` events in, the Responses stream"
+                " events out, each with its lane's `stream_id`. The handshake is /v1/realtime's;"
+                " a bad event costs an `error` event, never the socket.",
+                "messages": responses_messages,
+                "x-close-codes": {"1000": _CLOSE_CODES[1000], "1001": _CLOSE_CODES[1001],
+                                  "1007": "a text frame that is not UTF-8",
+                                  "1009": _CLOSE_CODES[1009], "1011": _CLOSE_CODES[1011]},
+            },
         },
         "operations": {
             "receiveClientFrames": operation(
                 "receive", list(CLIENT_FRAMES), "Frames a client sends"
             ),
             "sendServerFrames": operation("send", list(SERVER_FRAMES), "Frames the server sends"),
+            "receiveResponsesEvents": operation(
+                "receive", list(RESPONSES_CLIENT_EVENTS), "WebSocket mode: what a client sends",
+                "responses",
+            ),
+            "sendResponsesEvents": operation(
+                "send", list(RESPONSES_SERVER_EVENTS), "WebSocket mode: what the server sends",
+                "responses",
+            ),
         },
         "components": {
             "messages": messages,

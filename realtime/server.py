@@ -201,9 +201,7 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
     before the app starts, so an address that cannot be had is an error (OSError)
     before anything is loaded. With port 0, every address gets the first one's port.
     """
-    infos = socket.getaddrinfo(
-        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     sockets: list[socket.socket] = []
     try:
         for family, kind, proto, _, address in dict.fromkeys(infos):

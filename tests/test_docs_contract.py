@@ -248,6 +248,51 @@ async def test_frames_from_a_live_server_validate_against_asyncapi(asyncapi_doc,
     await asyncio.sleep(0)
 
 
+def test_asyncapi_describes_websocket_mode(asyncapi_doc):
+    channel = asyncapi_doc["channels"]["responses"]
+    assert channel["address"] == "/v1/responses"
+    assert set(channel["messages"]) == {
+        "ResponseCreateEvent",
+        "ResponseSteerEvent",
+        "ResponsesServerEvent",
+        "ResponsesErrorEvent",
+    }
+
+
+@pytest.mark.anyio
+async def test_websocket_mode_events_from_a_live_server_validate_against_asyncapi(
+    asyncapi_doc, server_factory
+):
+    server = server_factory(ServerConfig(echo_delay=0.001, log_level="warning"))
+    sent = [
+        {"type": "response.create", "model": "echo", "input": "a b c", "stream_id": "l1",
+         "include": ["message.output_text.logprobs"], "max_output_tokens": 2},
+        {"type": "response.create", "model": "echo", "input": "x", "previous_response_id": "r"},
+        {"type": "response.steer", "previous_response_id": "r", "input": "faster"},
+        {"type": "response.create", "model": "echo", "store": False,
+         "input": [{"role": "user", "content": [{"type": "input_text", "text": "items"}]}]},
+    ]  # fmt: skip
+    frames: list[dict[str, Any]] = []
+    async with connect(f"ws://127.0.0.1:{server.port}/v1/responses") as ws:
+        for event in sent:
+            await ws.send(json.dumps(event))
+            while True:
+                frame = json.loads(await ws.recv())
+                frames.append(frame)
+                if frame["type"] in ("error", "response.completed", "response.incomplete"):
+                    break
+    kinds = [f["type"] for f in frames]
+    assert {"response.incomplete", "response.completed", "error"} <= set(kinds)
+    for frame in frames:
+        name = "ResponsesErrorEvent" if frame["type"] == "error" else "ResponsesServerEvent"
+        _message_validator(asyncapi_doc, name).validate(frame)
+    for event in sent:
+        name = "ResponseSteerEvent" if event["type"] == "response.steer" else "ResponseCreateEvent"
+        _message_validator(asyncapi_doc, name).validate(event)
+    with pytest.raises(jsonschema.ValidationError):  # the schema is as strict as the server
+        _message_validator(asyncapi_doc, "ResponseCreateEvent").validate({**sent[0], "x": 1})
+
+
 # --- error and close codes -------------------------------------------------------
 
 

@@ -39,6 +39,8 @@ LAYERS: list[set[str]] = [
     {"testing"},
     # requests in, chunks out: drives an engine through the chat logic
     {"pipeline"},
+    # the Responses API over the chat pipeline, for both transports; its store
+    {"responses"},
     # the socket session core (no I/O) and its dialects: frames <-> commands, actions
     {"session"},
     # what both transports share: the access guard with its API-key and Origin rules,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from bench.scenarios import (
+    agent_loop,
     cancel,
     concurrency,
     constrained,
@@ -29,6 +30,7 @@ MODULES: tuple[ModuleType, ...] = (
     constrained,
     hostile,
     soak,
+    agent_loop,
 )
 
 

@@ -72,12 +72,26 @@ class Params:
     def for_mode(cls, quick: bool) -> Params:
         if quick:
             return cls(
-                seconds=2.5, sockets=6, sse_clients=1, echo_delay=0.01, cancel_ratio=0.1,
-                drop_ratio=0.02, sample_every=0.25, warmup_fraction=0.25, idle_seconds=0.5,
+                seconds=2.5,
+                sockets=6,
+                sse_clients=1,
+                echo_delay=0.01,
+                cancel_ratio=0.1,
+                drop_ratio=0.02,
+                sample_every=0.25,
+                warmup_fraction=0.25,
+                idle_seconds=0.5,
             )
         return cls(
-            seconds=300.0, sockets=50, sse_clients=4, echo_delay=0.03, cancel_ratio=0.1,
-            drop_ratio=0.01, sample_every=5.0, warmup_fraction=0.2, idle_seconds=15.0,
+            seconds=300.0,
+            sockets=50,
+            sse_clients=4,
+            echo_delay=0.03,
+            cancel_ratio=0.1,
+            drop_ratio=0.01,
+            sample_every=5.0,
+            warmup_fraction=0.2,
+            idle_seconds=15.0,
         )
 
 
@@ -182,8 +196,10 @@ class _Socket:
         self.tally.requests += 1
         self.client.send_text(_ws_body(text, request_id))
         if self.rng.random() < self.p.cancel_ratio:
-            delay = self.rng.uniform(0, 0.002) if self.rng.random() < 0.33 else self.rng.uniform(
-                0, 0.02
+            delay = (
+                self.rng.uniform(0, 0.002)
+                if self.rng.random() < 0.33
+                else self.rng.uniform(0, 0.02)
             )
             cancel = orjson.dumps({"type": "response.cancel", "request_id": request_id})
             client = self.client
@@ -324,8 +340,11 @@ def _gauges(port: int) -> dict[str, float]:
     """The server's own view after the run: requests in flight, open sockets."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
-    wanted = ("realtime_requests_in_flight", "realtime_ws_connections_open",
-              "realtime_state_violations_total")
+    wanted = (
+        "realtime_requests_in_flight",
+        "realtime_ws_connections_open",
+        "realtime_state_violations_total",
+    )
     values: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith(wanted):
@@ -417,30 +436,43 @@ def _judge(result: ScenarioResult, p: Params) -> None:
     violations = worst("requests without exactly one terminal frame")
     result.goals.append(
         Goal.judge(
-            "every request gets exactly one terminal frame", "0 requests", violations,
-            "requests (worst run)", violations == 0,
+            "every request gets exactly one terminal frame",
+            "0 requests",
+            violations,
+            "requests (worst run)",
+            violations == 0,
             note="dropped sockets' requests excepted; session.close then completes",
         )
     )
     corrupt = worst("corrupt answers") + worst("error frames")
     result.goals.append(
         Goal.judge(
-            "every answer intact (a cancelled one: a prefix)", "0 answers", corrupt,
-            "answers (worst run)", corrupt == 0,
+            "every answer intact (a cancelled one: a prefix)",
+            "0 answers",
+            corrupt,
+            "answers (worst run)",
+            corrupt == 0,
         )
     )
     closes = worst("session.close not ending in 1000") + worst("in flight or open after the run")
     result.goals.append(
         Goal.judge(
-            "session.close completes; nothing left in flight", "0", closes, "count (worst run)",
+            "session.close completes; nothing left in flight",
+            "0",
+            closes,
+            "count (worst run)",
             closes == 0,
         )
     )
     slope = worst("RSS slope over the steady part")
     result.goals.append(
         Goal.judge(
-            "RSS flat under steady load", f"<= {SLOPE_GOAL} MiB/min", slope,
-            "MiB/min (worst run)", slope <= SLOPE_GOAL, applicable=not p.seconds < 60,
+            "RSS flat under steady load",
+            f"<= {SLOPE_GOAL} MiB/min",
+            slope,
+            "MiB/min (worst run)",
+            slope <= SLOPE_GOAL,
+            applicable=not p.seconds < 60,
             note=f"over {p.seconds:g} s, {p.sockets} sockets and {p.sse_clients} SSE clients",
         )
     )

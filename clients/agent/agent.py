@@ -10,6 +10,9 @@ they print compare like with like:
   once; nothing is set up per turn.
 - `OpenAITransport`: every turn a streamed `POST /v1/chat/completions` with the
   `openai` SDK, exactly as against any OpenAI-compatible server.
+- `ResponsesSocketTransport`: every turn a `response.create` on one Responses
+  WebSocket (`client.responses.connect()` of the `openai` SDK), continuing the
+  previous response by `previous_response_id` with only the new items.
 
 Latency is measured from the moment the loop asks for a turn: `ttft` to the first
 chunk carrying output (text or a tool call), `total` to the end of the answer.
@@ -179,6 +182,85 @@ class OpenAITransport:
         return Reply("".join(text), calls, finish, ttft, total)
 
 
+class ResponsesSocketTransport:
+    """Turns on one Responses WebSocket: the server keeps the conversation, so each turn
+    sends only what is new since the last (the tool results), plus the instructions
+    and tools (a response never inherits those)."""
+
+    name = "resp"
+
+    def __init__(
+        self,
+        connection: openai.resources.responses.responses.AsyncResponsesConnection,
+        model: str,
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+    ):
+        self.connection = connection
+        self.model = model
+        self.max_tokens = max_tokens
+        self.previous: str | None = None
+        #: messages of the loop's list the server already has
+        self.known = 0
+
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Reply:
+        started = time.monotonic()
+        new = messages[self.known :]  # `known` counts the server's own answer too
+        instructions = "\n".join(m["content"] for m in messages if m["role"] == "system")
+        items: list[dict[str, Any]] = []
+        for message in new:
+            if message["role"] == "tool":
+                items.append(
+                    {
+                        "type": "function_call_output",
+                        "call_id": message["tool_call_id"],
+                        "output": message["content"],
+                    }
+                )
+            elif message["role"] != "system":
+                items.append({"role": message["role"], "content": message["content"]})
+        event: dict[str, Any] = {
+            "type": "response.create",
+            "model": self.model,
+            "instructions": instructions or None,
+            "input": items,
+            "tools": [{"type": "function", **tool["function"]} for tool in tools],
+            "max_output_tokens": self.max_tokens,
+        }
+        if self.previous is not None:
+            event["previous_response_id"] = self.previous
+        await self.connection.send(cast(Any, event))
+        first: float | None = None
+        async for received in self.connection:
+            server_event: Any = received  # a union of ~60 event models; read by `type`
+            kind = server_event.type
+            if first is None and kind in (
+                "response.output_text.delta",
+                "response.function_call_arguments.delta",
+            ):
+                first = time.monotonic()
+            if kind == "error":
+                raise AgentError(f"the server refused the turn: {server_event.error.message}")
+            if kind in ("response.completed", "response.incomplete", "response.failed"):
+                response = server_event.response
+                break
+        else:
+            raise AgentError("the socket closed before the response ended")
+        if response.status == "failed":
+            raise AgentError(f"the response failed: {response.error}")
+        total = time.monotonic() - started
+        self.previous = response.id
+        self.known = len(messages) + 1  # and the assistant turn the loop appends next
+        calls = [
+            Call(call.call_id, call.name, call.arguments)
+            for call in (cast(Any, item) for item in response.output)
+            if call.type == "function_call"
+        ]
+        finish = "length" if response.status == "incomplete" else "tool_calls" if calls else "stop"
+        ttft = None if first is None else first - started
+        return Reply(response.output_text, calls, finish, ttft, total)
+
+
 async def run_agent(
     transport: Transport,
     question: str,
@@ -288,6 +370,39 @@ async def run_over_http(
     return run
 
 
+async def run_over_responses_socket(
+    url: str,
+    question: str,
+    *,
+    root: Path,
+    model: str | None = None,
+    api_key: str | None = None,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    on_turn: Callable[[Turn], None] | None = None,
+) -> AgentRun:
+    """The agent with every turn on one Responses WebSocket (openai SDK, WebSocket mode)."""
+    import openai  # pip install 'openai[realtime]' (the SDK's WebSocket support)
+
+    started = time.monotonic()
+    _, base_url = endpoints(url)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key or "unused", max_retries=0)
+    try:
+        if model is None:
+            model = first_model([card.id for card in (await client.models.list()).data])
+        async with client.responses.connect() as connection:
+            run = await run_agent(
+                ResponsesSocketTransport(connection, model),
+                question,
+                root=root,
+                max_steps=max_steps,
+                on_turn=on_turn,
+            )
+    finally:
+        await client.close()
+    run.seconds = time.monotonic() - started
+    return run
+
+
 # --- printing ---
 
 
@@ -357,6 +472,16 @@ async def compare(
                 max_steps=max_steps,
                 on_turn=on_turn,
             )
+        elif name == "resp":
+            run = await run_over_responses_socket(
+                url,
+                question,
+                root=root,
+                model=model,
+                api_key=api_key,
+                max_steps=max_steps,
+                on_turn=on_turn,
+            )
         elif name == "http":
             run = await run_over_http(
                 url,
@@ -368,7 +493,7 @@ async def compare(
                 on_turn=on_turn,
             )
         else:
-            raise ValueError(f"unknown transport {name!r}: ws or http")
+            raise ValueError(f"unknown transport {name!r}: ws, resp or http")
         write(f"[{name:4}] answer: {run.answer}")
         write("")
         runs.append(run)
@@ -387,11 +512,18 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="python -m clients.agent",
-        description="A tool-using agent over /v1/realtime and over HTTP, with per-turn latency.",
+        description="A tool-using agent over /v1/realtime, over HTTP and over the Responses"
+        " API's WebSocket mode, with per-turn latency.",
     )
     parser.add_argument("question", nargs="?", default=DEFAULT_QUESTION)
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="the server")
-    parser.add_argument("--transport", choices=["ws", "http", "both"], default="both")
+    parser.add_argument(
+        "--transport",
+        choices=["ws", "http", "resp", "both", "all"],
+        default="both",
+        help="ws: /v1/realtime; http: chat completions; resp: the Responses API's WebSocket"
+        " mode; both: ws and http; all: the three",
+    )
     parser.add_argument("--model", help="model to ask (default: the server's first)")
     parser.add_argument(
         "--api-key",
@@ -403,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--max-steps", type=int, default=DEFAULT_MAX_STEPS)
     args = parser.parse_args(argv)
-    transports = ["ws", "http"] if args.transport == "both" else [args.transport]
+    choices = {"both": ["ws", "http"], "all": ["ws", "http", "resp"]}
+    transports = choices.get(args.transport, [args.transport])
     failures: tuple[type[Exception], ...] = (AgentError, RealtimeClientError, OSError)
     try:
         import openai

@@ -571,9 +571,7 @@ class RealtimeClient:
             message = describe_connect_error(exc) + (f": {error.message}" if error else "")
             cls = AuthenticationError if status == 401 else ConnectError
             raise cls(self.url, message, status=status, error=error) from exc
-        except (
-            OSError, asyncio.TimeoutError, InvalidHandshake, InvalidURI, ValueError
-        ) as exc:
+        except (OSError, asyncio.TimeoutError, InvalidHandshake, InvalidURI, ValueError) as exc:
             raise ConnectError(self.url, describe_connect_error(exc)) from exc
 
     def _attach(self, ws: ClientConnection, *, attempt: int) -> None:
@@ -608,8 +606,9 @@ class RealtimeClient:
         self._ws = None
         self._release_held(code, reason, closed=True)
         for stream in [s for s in self._streams.values() if s.state == "sent"]:
-            self._deliver(stream, _FailItem(None, RequestInterruptedError(
-                stream.request_id, code, reason)))
+            self._deliver(
+                stream, _FailItem(None, RequestInterruptedError(stream.request_id, code, reason))
+            )
         policy = self.reconnect
         if self._closing or policy is None or code not in policy.retry_on:
             self._finish_closed(ConnectionClosedError(code, reason))
@@ -811,8 +810,9 @@ class RealtimeClient:
                 )
                 item = _FailItem(data, error)
             elif closed:
-                item = _FailItem(data, RequestInterruptedError(
-                    stream.request_id, code, reason, done=parsed))
+                item = _FailItem(
+                    data, RequestInterruptedError(stream.request_id, code, reason, done=parsed)
+                )
             else:
                 item = _DoneItem(data, parsed)
             self._deliver(stream, item)

@@ -183,7 +183,7 @@ def _parse_stop(text: str) -> str | list[str]:
         value = json.loads(text)
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return value
-        raise ValueError("a list of stop strings, e.g. [\"###\", \"END\"]")
+        raise ValueError('a list of stop strings, e.g. ["###", "END"]')
     return text
 
 
@@ -420,7 +420,7 @@ class Repl:
         stripped = first.strip()
         lines: list[str]
         if stripped.startswith(BLOCK_QUOTE):
-            rest = stripped[len(BLOCK_QUOTE):]
+            rest = stripped[len(BLOCK_QUOTE) :]
             if rest.endswith(BLOCK_QUOTE) and rest:
                 return rest[: -len(BLOCK_QUOTE)]
             lines = [rest] if rest else []
@@ -591,9 +591,7 @@ class Repl:
         user: Message = {"role": "user", "content": text}
         with self.gate.counting():
             self._check_session(0)
-            stream = self.client.chat(
-                [*self.messages(), user], model=self.model, **self.params
-            )
+            stream = self.client.chat([*self.messages(), user], model=self.model, **self.params)
             if self.client.state == "open":  # else it waits for the reconnect in the polls
                 try:
                     stream.start()
@@ -757,8 +755,9 @@ class Repl:
     def _after_error(self, exc: APIError) -> None:
         if exc.close_code is not None:
             raise _SessionEnded(describe_close_code(exc.close_code, exc.close_reason or ""))
-        self._check_session(ERROR_SETTLE_SECONDS if exc.code in (
-            "engine_unavailable", "internal_error") else 0)
+        self._check_session(
+            ERROR_SETTLE_SECONDS if exc.code in ("engine_unavailable", "internal_error") else 0
+        )
 
     def _finish(
         self, stream: SyncChatStream, user: Message, answer: str, calls: list[ToolCall]
@@ -921,9 +920,7 @@ def _run(args: argparse.Namespace, gate: InterruptGate) -> int:
         client.connect()
     except ConnectError as exc:
         sys.stdout.flush()
-        sys.stderr.write(
-            Style(sys.stderr).red(f"cannot connect to {url}: {exc.message}") + "\n"
-        )
+        sys.stderr.write(Style(sys.stderr).red(f"cannot connect to {url}: {exc.message}") + "\n")
         return EXIT_FAILURE
     try:
         model = args.model or _discover_model(url, args.api_key) or FALLBACK_MODEL

@@ -47,6 +47,7 @@ GROUPS = (
     "exllamav2 engine",
     "access",
     "limits",
+    "responses",
 )
 
 #: How the flag is given: with a value; alone (a switch: on, or `off` for its field);
@@ -693,6 +694,84 @@ FLAGS: tuple[Flag, ...] = (
             "largest `max_tokens`; above it 400 / `error` frame `max_tokens_exceeded`;"
             " without `max_tokens` the answer stops there (`length`). Default: the model's"
             " context",
+        ),
+    ),
+    # --- responses (/v1/responses) ------------------------------------------------------
+    Flag(
+        "--response-store",
+        "responses",
+        "directory of the SQLite file that keeps stored responses across restarts"
+        " (created if missing); default: in memory only, lost on restart",
+        field="response_store_dir",
+        metavar="DIR",
+    ),
+    Flag(
+        "--response-store-max-age",
+        "responses",
+        "seconds a stored response is kept (default %(default)s = 30 days; 0 = no age limit)",
+        field="response_store_max_age_seconds",
+        value=NON_NEGATIVE_NUMBER,
+        metavar="SECONDS",
+        limit=Limit(
+            "seconds",
+            "a stored response older than this is deleted and no longer found (0 = no age limit)",
+        ),
+    ),
+    Flag(
+        "--response-store-max-bytes",
+        "responses",
+        "bytes of stored responses; beyond it the oldest are deleted (default"
+        " %(default)s = 1 GiB; 0 = no limit)",
+        field="response_store_max_bytes",
+        value=COUNT,
+        metavar="BYTES",
+        limit=Limit(
+            "bytes",
+            "stored responses (their JSON) beyond this: the oldest are deleted (0 = no limit)",
+        ),
+    ),
+    Flag(
+        "--responses-ws-max-age",
+        "responses",
+        "seconds a WebSocket to /v1/responses takes new responses; after that each"
+        " response.create gets websocket_connection_limit_reached (the client opens a new"
+        " connection) (default %(default)s = 60 minutes, as OpenAI's; 0 = no limit)",
+        field="responses_ws_max_age_seconds",
+        value=NON_NEGATIVE_NUMBER,
+        metavar="SECONDS",
+        limit=Limit(
+            "seconds",
+            "a WebSocket to /v1/responses takes new responses this long; then each"
+            " `response.create` is refused with `websocket_connection_limit_reached`"
+            " (0 = no limit)",
+        ),
+    ),
+    Flag(
+        "--responses-ws-max-streams",
+        "responses",
+        "distinct named lanes (stream_id) per WebSocket to /v1/responses; more is"
+        " websocket_stream_limit_reached (default %(default)s)",
+        field="responses_ws_max_streams",
+        value=POSITIVE,
+        metavar="N",
+        limit=Limit(
+            "lanes",
+            "distinct named `stream_id`s on one WebSocket to /v1/responses; a new one past it:"
+            " `websocket_stream_limit_reached`",
+        ),
+    ),
+    Flag(
+        "--responses-ws-memory-bytes",
+        "responses",
+        "bytes of one WebSocket's store:false responses (kept for its own"
+        " continuations); beyond it the oldest go (default %(default)s = 64 MiB; 0 = no limit)",
+        field="responses_ws_memory_bytes",
+        value=COUNT,
+        metavar="BYTES",
+        limit=Limit(
+            "bytes",
+            "one WebSocket's `store: false` responses (kept for its continuations); beyond it"
+            " the oldest go (0 = no limit)",
         ),
     ),
 )

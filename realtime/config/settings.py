@@ -65,6 +65,24 @@ class ServerConfig:
     session_expiry_grace_seconds: float = 30.0
     slow_consumer_seconds: float = 15.0
 
+    # /v1/responses
+    #: Directory of the SQLite response store (`store: true` responses, kept across
+    #: restarts); None keeps them in memory only (nothing is written unless asked).
+    response_store_dir: str | None = None
+    #: Seconds a stored response is kept (OpenAI keeps them 30 days); 0 = no age limit.
+    response_store_max_age_seconds: float = 30 * 24 * 3600.0
+    #: Bytes of stored responses (their JSON); beyond it the oldest go. 0 = no limit.
+    response_store_max_bytes: int = 1024 * 1024 * 1024
+    #: WebSocket mode: seconds a socket to /v1/responses takes new responses (OpenAI's
+    #: 60 minutes); then each `response.create` is refused with
+    #: `websocket_connection_limit_reached` (open a new connection). 0 = no limit.
+    responses_ws_max_age_seconds: float = 3600.0
+    #: WebSocket mode: distinct named lanes (`stream_id`) per socket (OpenAI's 32).
+    responses_ws_max_streams: int = 32
+    #: WebSocket mode: bytes of one socket's `store: false` responses (kept for its
+    #: continuations); beyond it the oldest go. 0 = no limit.
+    responses_ws_memory_bytes: int = 64 * 1024 * 1024
+
     # both transports
     max_tokens_cap: int | None = None
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH

@@ -27,7 +27,7 @@ from starlette.responses import Response
 from realtime.asgi.lifecycle import Lifecycle
 from realtime.asgi.responses import ORJSONResponse, error_response
 from realtime.config import input_limits
-from realtime.http.sse import EventStreamResponse
+from realtime.http.sse import CHAT_FRAMING, EventStreamResponse, SseFraming
 from realtime.observability.logs import event
 from realtime.observability.metrics import Metrics, RequestTimer
 from realtime.protocol.errors import (
@@ -115,6 +115,7 @@ async def respond(
     *,
     stream: Callable[[], AsyncGenerator[dict[str, Any], None]],
     complete: Callable[[], Awaitable[dict[str, Any]]],
+    framing: SseFraming = CHAT_FRAMING,
 ) -> Response:
     """SSE or one JSON body for a prepared request, with disconnects and shutdown handled."""
     state = request.app.state
@@ -124,7 +125,10 @@ async def respond(
         # A client that hangs up cancels the stream, which closes the chunk iterator
         # and with it the engine's.
         return EventStreamResponse(
-            _observed(stream(), outcome), keepalive_seconds=keepalive, stop=lifecycle.expired
+            _observed(stream(), outcome),
+            keepalive_seconds=keepalive,
+            stop=lifecycle.expired,
+            framing=framing,
         )
     gauge = outcome.metrics.in_flight.labels(TRANSPORT)
     gauge.inc()

@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from realtime.protocol.errors import ServerShuttingDownError, as_realtime_error
+from realtime.protocol.errors import RealtimeError, ServerShuttingDownError, as_realtime_error
 
 log = logging.getLogger("realtime.http")
 
@@ -49,6 +50,28 @@ def encode_event(data: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(data) + b"\n\n"
 
 
+def encode_error(error: RealtimeError) -> bytes:
+    return encode_event(error.to_body())
+
+
+@dataclass(frozen=True, slots=True)
+class SseFraming:
+    """How one API frames its events: the chat APIs' (the default), or another's.
+
+    The Responses API names each event (`event: response.output_text.delta`),
+    ends without `[DONE]` (`done=None`) and reports a late failure as its own
+    numbered `error` event."""
+
+    encode: Callable[[dict[str, Any]], bytes] = encode_event
+    #: The last event; None ends the stream without one.
+    done: bytes | None = DONE_EVENT
+    #: The event for a failure after the stream started (and for the shutdown).
+    error: Callable[[RealtimeError], bytes] = encode_error
+
+
+CHAT_FRAMING = SseFraming()
+
+
 class EventStreamResponse(Response):
     """Stream `chunks` as SSE; it closes `chunks` (and so the engine) however the stream ends.
 
@@ -65,6 +88,7 @@ class EventStreamResponse(Response):
         *,
         keepalive_seconds: float,
         stop: asyncio.Event | None = None,
+        framing: SseFraming = CHAT_FRAMING,
     ) -> None:
         self.status_code = 200
         self.background = None
@@ -72,6 +96,7 @@ class EventStreamResponse(Response):
         self.chunks = chunks
         self.keepalive_seconds = keepalive_seconds
         self.stop = stop
+        self.framing = framing
         self._send: Send | None = None
         #: `loop.time()` when the last send finished: the keep-alive's idle clock.
         self._last_write = 0.0
@@ -115,8 +140,8 @@ class EventStreamResponse(Response):
                 if expired in done and not self._finishing:
                     await _cancel(pump)
                     if pump.cancelled():  # else the chunks ignored it and the pump ended the stream
-                        await self._write(encode_event(_SHUTDOWN_ERROR.to_body()))
-                        await self._write(DONE_EVENT, more_body=False)
+                        await self._write(self.framing.error(_SHUTDOWN_ERROR))
+                        await self._end()
                     return
                 if expired in done:  # only [DONE] is left to send: let the pump finish
                     watched.discard(expired)
@@ -132,19 +157,20 @@ class EventStreamResponse(Response):
         """Pull each chunk and send it: the only work done per chunk."""
         assert self._send is not None
         send, clock = self._send, asyncio.get_running_loop().time
+        encode = self.framing.encode
         failure: bytes | None = None
         async with aclosing(self.chunks) as chunks:
             pull = chunks.__anext__
             while True:
                 try:
-                    data = encode_event(await pull())
+                    data = encode(await pull())
                 except StopAsyncIteration:
                     break
                 except Exception as exc:
                     error = as_realtime_error(exc)
                     if error is not exc:
                         log.exception("stream failed")
-                    failure = encode_event(error.to_body())
+                    failure = self.framing.error(error)
                     break
                 # `_write`, inlined: this loop is the hot path.
                 if self._keepalive_in_flight is not None:
@@ -156,7 +182,12 @@ class EventStreamResponse(Response):
         self._finishing = True
         if failure is not None:
             await self._write(failure)
-        await self._write(DONE_EVENT, more_body=False)
+        await self._end()
+
+    async def _end(self) -> None:
+        """The framing's last event (or none) and the end of the body."""
+        done = self.framing.done
+        await self._write(done if done is not None else b"", more_body=False)
 
     async def _write(self, data: bytes, *, more_body: bool = True) -> None:
         """Send one event from the pump, or from the watcher once the pump is over."""

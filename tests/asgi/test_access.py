@@ -75,9 +75,7 @@ def test_same_origin_compares_the_scheme(server, scheme, allowed):
     assert _socket_status(server, origin) == (101 if allowed else 403)
 
 
-@pytest.mark.parametrize(
-    ("scheme", "allowed"), [("https", True), ("http", False), ("wss", False)]
-)
+@pytest.mark.parametrize(("scheme", "allowed"), [("https", True), ("http", False), ("wss", False)])
 def test_behind_a_tls_proxy_the_forwarded_scheme_is_the_origin_scheme(server, scheme, allowed):
     # The test client is on 127.0.0.1, which --forwarded-allow-ips trusts by default.
     origin = f"{scheme}://127.0.0.1:{server.port}"

@@ -31,6 +31,7 @@ SCENARIOS = (
     "constrained",
     "hostile",
     "soak",
+    "agent_loop",
 )
 STATUSES = {"pass", "miss", "n/a"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

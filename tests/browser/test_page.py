@@ -79,7 +79,8 @@ def test_page_streams_an_answer_and_stop_cancels_only_that_answer(page, tmp_path
         first = requests[-1]
         assert first["temperature"] == 0.2 and first["max_tokens"] == 400
         assert [(m["role"], m["content"]) for m in first["messages"]] == [
-            ("system", "Be brief."), ("user", text),
+            ("system", "Be brief."),
+            ("user", text),
         ]
 
         stopped = send(page, STOP_ME)
@@ -100,7 +101,12 @@ def test_page_streams_an_answer_and_stop_cancels_only_that_answer(page, tmp_path
         expect(follow_up.locator(".content")).to_have_text(note)
         assert len(server.app.state.hub._sessions) == 1
         assert [m["role"] for m in requests[-1]["messages"]] == [
-            "system", "user", "assistant", "user", "assistant", "user",
+            "system",
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "user",
         ]
         assert requests[-1]["messages"][4]["content"] == partial_answer
         assert stats.requests_started == 3

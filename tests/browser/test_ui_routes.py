@@ -80,9 +80,11 @@ def test_a_built_wheel_carries_the_page(tmp_path: Path):
     shutil.copytree(REPO_ROOT / "realtime", source / "realtime", symlinks=True, ignore=ignore)
     shutil.copytree(REPO_ROOT / "clients" / "browser", source / "clients" / "browser")
     subprocess.run(
-        [sys.executable, "-c",
-         "from setuptools import build_meta; build_meta.build_wheel('dist')"],
-        cwd=source, check=True, capture_output=True, timeout=120,
+        [sys.executable, "-c", "from setuptools import build_meta; build_meta.build_wheel('dist')"],
+        cwd=source,
+        check=True,
+        capture_output=True,
+        timeout=120,
     )
     (wheel,) = (source / "dist").glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())

@@ -39,8 +39,12 @@ def spawn(home: Path) -> Iterator[Callable[..., pexpect.spawn]]:
         }
         env_vars = {k: v for k, v in full_env.items() if v is not None}
         child = pexpect.spawn(
-            sys.executable, ["-m", "realtime.client", *args], cwd=str(REPO_ROOT), env=env_vars,
-            encoding="utf-8", timeout=TIMEOUT,
+            sys.executable,
+            ["-m", "realtime.client", *args],
+            cwd=str(REPO_ROOT),
+            env=env_vars,
+            encoding="utf-8",
+            timeout=TIMEOUT,
             # Wide enough that no typed line wraps: the terminal echo stays one line.
             dimensions=(40, 5000),
         )

@@ -49,7 +49,10 @@ def test_example_prints_what_the_guide_shows(server_factory, index):
     script, expected = EXAMPLES[index]
     result = subprocess.run(
         [sys.executable, "-c", script.replace(DEFAULT_URL, server.ws_url)],
-        capture_output=True, text=True, timeout=30, cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO_ROOT,
     )
     assert result.returncode == 0, result.stderr
     if expected is not None:

@@ -251,7 +251,8 @@ async def test_reasoning_and_tool_calls_are_typed_and_folded(scripted):
     assert (call.id, call.name, call.arguments) == ("call_1", "get_weather", '{"city": "Paris"}')
     assert called.finish_reason == "tool_calls" and called.text == "Let me check."
     assert call.as_message_part()["function"] == {
-        "name": "get_weather", "arguments": '{"city": "Paris"}'
+        "name": "get_weather",
+        "arguments": '{"city": "Paris"}',
     }
 
 
@@ -429,7 +430,13 @@ def test_raw_frames_include_the_terminal_frame(server):
 def test_backoff_grows_exponentially_with_jitter_and_a_cap():
     policy = ReconnectPolicy(initial_delay=0.25, max_delay=10, multiplier=2, jitter=0.5)
     assert [policy.delay(n, rand=lambda: 0.0) for n in range(7)] == [
-        0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 10.0,
+        0.25,
+        0.5,
+        1.0,
+        2.0,
+        4.0,
+        8.0,
+        10.0,
     ]
     assert policy.delay(3, rand=lambda: 1.0) == 1.0  # at most half taken off
     assert not policy.gives_up(7) and policy.gives_up(8)

@@ -95,7 +95,9 @@ def test_two_turns_share_one_socket_and_the_whole_conversation(server_factory, s
     assert len(running.sessions()) == 1
     assert turns(recorder.requests[0]) == [("user", "hello there")]
     assert turns(recorder.requests[1]) == [
-        ("user", "hello there"), ("assistant", "hello there"), ("user", "second question"),
+        ("user", "hello there"),
+        ("assistant", "hello there"),
+        ("user", "second question"),
     ]
     child.sendline("/exit")
     assert finish(child) == 0

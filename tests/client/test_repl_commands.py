@@ -69,8 +69,12 @@ def test_system_model_set_unset_and_reset(server, spawn):
     command(child, "/model", "[model echo; served: echo]")
     command(child, "/model gpt-4o", "unknown model 'gpt-4o'; served: echo")
     command(child, "/model echo", "[model set to echo]")
-    command(child, "/set", '[model echo; system "Answer in one word."; settings: '
-            'temperature=0.2, max_tokens=50, stop=["###", "END"]]')
+    command(
+        child,
+        "/set",
+        '[model echo; system "Answer in one word."; settings: '
+        'temperature=0.2, max_tokens=50, stop=["###", "END"]]',
+    )
     assert "first" in ask(child, "first")
     first = requests[-1]
     assert first["temperature"] == 0.2 and first["max_tokens"] == 50
@@ -125,8 +129,10 @@ def test_save_and_load_a_conversation_as_json(server, spawn, tmp_path: Path):
     ask(child, "hello three")
     assert turns(requests[-1]) == [
         ("system", "Be brief."),
-        ("user", "hello one"), ("assistant", "hello one"),
-        ("user", "hello two"), ("assistant", "hello two"),
+        ("user", "hello one"),
+        ("assistant", "hello one"),
+        ("user", "hello two"),
+        ("assistant", "hello two"),
         ("user", "hello three"),
     ]
     assert requests[-1]["temperature"] == 0.5
@@ -220,10 +226,13 @@ def test_reasoning_is_dimmed_tool_calls_shown_and_a_spinner_turns_on_a_tty(scrip
     child.expect(STATS)
     # The tool call went back as part of the assistant turn.
     assistant = scripted.frames[-1]["messages"][-2]
-    assert assistant["tool_calls"] == [{
-        "id": "call_1", "type": "function",
-        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-    }]
+    assert assistant["tool_calls"] == [
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+        }
+    ]
     child.sendline("/exit")
     assert finish(child) == 0
 
@@ -234,8 +243,12 @@ def test_no_colours_or_spinner_without_a_tty(scripted):
     env.pop("NO_COLOR", None)
     result = subprocess.run(
         [sys.executable, "-m", "realtime.client", scripted.ws_url],
-        input="think about it\nweather\n/exit\n", capture_output=True, text=True, timeout=20,
-        cwd=REPO_ROOT, env=env,
+        input="think about it\nweather\n/exit\n",
+        capture_output=True,
+        text=True,
+        timeout=20,
+        cwd=REPO_ROOT,
+        env=env,
     )
     assert result.returncode == 0, result.stderr
     assert "\x1b[" not in result.stdout and "\r" not in result.stdout
@@ -248,7 +261,11 @@ def test_json_mode_prints_every_frame_for_scripts(server):
     result = subprocess.run(
         [sys.executable, "-m", "realtime.client", "--json", server.ws_url],
         input="/set temperature 0.3\nhello json\nand again\n/model nope\n",
-        capture_output=True, text=True, timeout=20, cwd=REPO_ROOT, env=env,
+        capture_output=True,
+        text=True,
+        timeout=20,
+        cwd=REPO_ROOT,
+        env=env,
     )
     assert result.returncode == 0, result.stderr
     frames = [json.loads(line) for line in result.stdout.splitlines()]
@@ -257,7 +274,9 @@ def test_json_mode_prints_every_frame_for_scripts(server):
     first_id, _ = (f["request_id"] for f in done)
     text = "".join(
         c["delta"].get("content") or ""
-        for f in frames if f["request_id"] == first_id for c in f.get("choices", [])
+        for f in frames
+        if f["request_id"] == first_id
+        for c in f.get("choices", [])
     )
     assert text == "hello json"
     assert "[temperature = 0.3]" in result.stderr
@@ -269,7 +288,12 @@ def test_json_mode_prints_error_frames_too(server):
     env = {**os.environ, "HOME": str(REPO_ROOT / "no-such-home")}
     result = subprocess.run(
         [sys.executable, "-m", "realtime.client", "--json", "--model", "nope", server.ws_url],
-        input="hello\n", capture_output=True, text=True, timeout=20, cwd=REPO_ROOT, env=env,
+        input="hello\n",
+        capture_output=True,
+        text=True,
+        timeout=20,
+        cwd=REPO_ROOT,
+        env=env,
     )
     (frame,) = [json.loads(line) for line in result.stdout.splitlines()]
     assert frame["type"] == "error" and frame["error"]["code"] == "model_not_found"

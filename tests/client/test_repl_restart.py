@@ -44,8 +44,10 @@ def test_the_repl_reconnects_after_a_restart_and_keeps_the_conversation(spawn, t
         answer = ask(child, "second question")  # typed after the restart: sent once it is back
         assert LOST in answer and "second question" in answer
         assert saved_turns(child, tmp_path / "chat.json") == [
-            ("user", "first question"), ("assistant", "first question"),
-            ("user", "second question"), ("assistant", "second question"),
+            ("user", "first question"),
+            ("assistant", "first question"),
+            ("user", "second question"),
+            ("assistant", "second question"),
         ]
         child.expect_exact(PROMPT)
         child.sendline("/exit")
@@ -99,7 +101,8 @@ def test_an_answer_cut_by_the_restart_is_offered_again_not_resent(spawn, tmp_pat
         assert str(child.before).rstrip().endswith("w197 w198 w199")
         # The cut answer was not kept: the conversation has the resent turn only.
         assert saved_turns(child, tmp_path / "chat.json") == [
-            ("user", long_message), ("assistant", long_message),
+            ("user", long_message),
+            ("assistant", long_message),
         ]
         child.expect_exact(PROMPT)
         child.sendline("/exit")

@@ -23,6 +23,7 @@ from clients.agent.agent import (
     compare,
     endpoints,
     run_over_http,
+    run_over_responses_socket,
     run_over_socket,
 )
 from clients.agent.tools import (
@@ -95,6 +96,21 @@ async def test_agent_over_http_with_the_openai_sdk(server_factory):
     metrics = scrape_metrics(server.http_url)
     assert metrics['realtime_requests_total{status="completed",transport="http"}'] == 2
     assert 'realtime_ws_handshakes_total{outcome="accepted"}' not in metrics
+
+
+@pytest.mark.anyio
+async def test_agent_over_responses_websocket_mode(server_factory):
+    """The Responses API's WebSocket mode (the SDK's `responses.connect()`): each turn
+    sends only the tool results and continues by `previous_response_id`; the server
+    rebuilds the conversation, so the model still reads both results."""
+    engine = ScriptedEngine(SCRIPT)
+    server = server_factory(CONFIG, engine)
+    run = await run_over_responses_socket(server.http_url, QUESTION, root=WORKSPACE)
+    check_run(run, engine)
+    assert "17 * 23" in engine.prompts[-1]  # the first turn, rebuilt by the server
+    metrics = scrape_metrics(server.http_url)
+    assert metrics['realtime_ws_handshakes_total{outcome="accepted"}'] == 1
+    assert metrics['realtime_requests_total{status="completed",transport="ws"}'] == 2
 
 
 @pytest.mark.anyio

@@ -166,3 +166,90 @@ def many_stops(draw: st.DrawFn) -> str:
 
 hostile_chat_bodies = st.one_of(deep_chat(), odd_chat(), many_stops())
 hostile_completion_bodies = st.one_of(deep_completion(), odd_completion())
+
+
+# --- /v1/responses ---
+
+#: Every top-level field of `responses.create` (the SDK's).
+RESPONSES_FIELDS = (
+    "model input instructions previous_response_id store stream stream_options metadata"
+    " temperature top_p top_logprobs max_output_tokens max_tool_calls tools tool_choice"
+    " parallel_tool_calls text include reasoning truncation background user"
+    " safety_identifier prompt_cache_key prompt_cache_retention prompt_cache_options"
+    " service_tier image access_programs background_options context_management"
+    " conversation moderation prompt"
+).split()
+#: Item types the server runs, some it refuses, and nonsense.
+ITEM_TYPES = (
+    "message function_call function_call_output reasoning item_reference web_search_call"
+    " mcp_call nonsense"
+).split()
+ITEM_FIELDS = (
+    "type role content id status phase call_id name arguments output summary"
+    " encrypted_content namespace caller async"
+).split()
+
+
+def responses_body(text: str = "fuzz", **fields: Any) -> dict[str, Any]:
+    return {"model": "echo", "input": text, "max_output_tokens": 8, **fields}
+
+
+@st.composite
+def odd_item(draw: st.DrawFn) -> Any:
+    """An input item with a type of any kind and fields of any type."""
+    item: dict[str, Any] = {}
+    if draw(st.booleans()):
+        item["type"] = draw(st.sampled_from(ITEM_TYPES) | json_values)
+    for name in draw(st.lists(st.sampled_from(ITEM_FIELDS), max_size=4)):
+        item[name] = draw(json_values)
+    if draw(st.booleans()):
+        item["content"] = [
+            {"type": draw(st.sampled_from(["input_text", "output_text", "input_image", "x"])),
+             "text": draw(json_values)}
+        ]  # fmt: skip
+    return item
+
+
+@st.composite
+def odd_responses(draw: st.DrawFn) -> str:
+    """A Responses request with odd top-level fields, odd items, or odd tools."""
+    body = responses_body(draw(st.text(max_size=30)))
+    for name in draw(st.lists(st.sampled_from(RESPONSES_FIELDS), max_size=3)):
+        body[name] = draw(json_values | wide_value())
+    if draw(st.booleans()):
+        body["input"] = draw(st.lists(odd_item(), min_size=1, max_size=3))
+    if draw(st.booleans()):
+        body["tools"] = [
+            {"type": draw(st.sampled_from(["function", "web_search", "mcp", "x"])),
+             "name": draw(json_values), "parameters": draw(json_values)}
+        ]  # fmt: skip
+    return json.dumps(body)
+
+
+#: Where deep JSON goes in a Responses request.
+_DEEP_RESPONSES_PLACES = [
+    lambda body: body.update(metadata=_HOLE),
+    lambda body: body.update(input=[{"role": "user", "content": _HOLE}]),
+    lambda body: body.update(
+        input=[{"type": "function_call", "call_id": "c", "name": "f", "arguments": _HOLE}]
+    ),
+    lambda body: body.update(
+        input=[{"type": "function_call_output", "call_id": "c", "output": _HOLE}]
+    ),
+    lambda body: body.update(tools=[{"type": "function", "name": "f", "parameters": _HOLE}]),
+    lambda body: body.update(
+        text={"format": {"type": "json_schema", "name": "n", "schema": _HOLE}}
+    ),
+    lambda body: body.update(tool_choice=_HOLE),
+    lambda body: body.update(reasoning=_HOLE),
+]
+
+
+@st.composite
+def deep_responses(draw: st.DrawFn) -> str:
+    body = responses_body()
+    draw(st.sampled_from(_DEEP_RESPONSES_PLACES))(body)
+    return _fill(body, draw(deep_text()))
+
+
+hostile_responses_bodies = st.one_of(deep_responses(), odd_responses())

@@ -19,6 +19,7 @@ import json
 import logging
 import threading
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -31,6 +32,7 @@ from tests.fuzz.hostile_json import (
     every_deep_chat,
     hostile_chat_bodies,
     hostile_completion_bodies,
+    hostile_responses_bodies,
 )
 
 EXAMPLES = 300
@@ -107,8 +109,9 @@ def _check_answer(response: httpx.Response, stats: dict[str, int]) -> None:
             if line.startswith("data: {"):
                 event = json.loads(line[len("data: ") :])
                 assert "error" not in event, event
+                assert event.get("type") not in ("error", "response.failed"), event
     else:
-        assert response.json()["object"] in ("chat.completion", "text_completion")
+        assert response.json()["object"] in ("chat.completion", "text_completion", "response")
 
 
 def test_fuzzed_bodies_never_get_a_5xx(fuzz_server: RunningServer, error_log: ErrorLog) -> None:
@@ -153,6 +156,102 @@ def test_fuzzed_bodies_never_get_a_5xx(fuzz_server: RunningServer, error_log: Er
     assert not neighbour.failures, neighbour.failures
     assert neighbour.done > 0
     assert stats.get("400", 0) > EXAMPLES // 2 and stats.get("200", 0) > 10, stats
+    assert not error_log.records, [r.getMessage() for r in error_log.records]
+
+
+def test_fuzzed_responses_bodies_never_get_a_5xx(
+    fuzz_server: RunningServer, error_log: ErrorLog
+) -> None:
+    """/v1/responses: odd items, tools and fields, and deep JSON in every free-form place."""
+    neighbour = Neighbour(fuzz_server.http_url)
+    neighbour.start()
+    stats: dict[str, int] = {}
+    client = httpx.Client(base_url=fuzz_server.http_url, timeout=30)
+    headers = {"content-type": "application/json"}
+
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(hostile_responses_bodies)
+    def one_body(body: str) -> None:
+        _check_answer(client.post("/v1/responses", content=body, headers=headers), stats)
+
+    try:
+        one_body()
+        ok = client.post("/v1/responses", json={"model": "echo", "input": "after"})
+        assert ok.json()["output"][0]["content"][0]["text"] == "after"
+    finally:
+        client.close()
+        neighbour.stop.set()
+        neighbour.join(30)
+    assert not neighbour.failures, neighbour.failures
+    assert neighbour.done > 0
+    assert stats.get("400", 0) > EXAMPLES // 2 and stats.get("200", 0) > 10, stats
+    assert not error_log.records, [r.getMessage() for r in error_log.records]
+
+
+#: Query parameters the stored-response routes know, and some they do not.
+_QUERY_NAMES = ("after", "limit", "order", "include", "include[]", "stream", "starting_after", "x")
+_QUERY_VALUES = st.one_of(
+    st.sampled_from(["asc", "desc", "0", "1", "100", "101", "-1", "1e9", "true", "false"]),
+    st.sampled_from(["message.output_text.logprobs", "reasoning.encrypted_content"]),
+    st.text(max_size=40),
+)
+
+
+def test_fuzzed_stored_response_routes_never_get_a_5xx(
+    fuzz_server: RunningServer, error_log: ErrorLog
+) -> None:
+    """GET, DELETE and cancel of stored responses and their input items: odd ids (real,
+    unknown, huge, percent-encoded), odd query strings, every method."""
+    client = httpx.Client(base_url=fuzz_server.http_url, timeout=30)
+    real = [
+        client.post("/v1/responses", json={"model": "echo", "input": f"kept {i}"}).json()["id"]
+        for i in range(3)
+    ]
+    stats: dict[str, int] = {}
+    ids = st.one_of(
+        st.sampled_from(real),
+        st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=300),
+        st.just("resp_" + "0" * 5000),
+    )
+    routes = st.sampled_from(
+        [("GET", ""), ("GET", "/input_items"), ("DELETE", ""), ("POST", "/cancel")]
+    )
+    queries = st.lists(st.tuples(st.sampled_from(_QUERY_NAMES), _QUERY_VALUES), max_size=4)
+
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(ids, routes, queries)
+    def one_call(response_id: str, route: tuple[str, str], query: list[tuple[str, str]]) -> None:
+        method, suffix = route
+        url = "/v1/responses/" + quote(response_id, safe="") + suffix
+        answer = client.request(method, url, params=query)
+        assert answer.status_code < 500, (answer.status_code, answer.text[:300])
+        stats[str(answer.status_code)] = stats.get(str(answer.status_code), 0) + 1
+        body = answer.json()
+        if answer.status_code >= 400:
+            assert set(body["error"]) == ERROR_KEYS, body
+            _check_clean(body["error"]["message"])
+        else:
+            assert body["object"] in ("response", "list"), body
+
+    try:
+        one_call()
+    finally:
+        client.close()
+    assert stats.get("404", 0) > 10 and stats.get("400", 0) > 10 and "200" in stats, stats
     assert not error_log.records, [r.getMessage() for r in error_log.records]
 
 

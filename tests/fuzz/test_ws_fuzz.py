@@ -302,9 +302,10 @@ def test_deep_json_in_every_free_form_field_keeps_the_socket(fuzz_server: Runnin
                 if frame.get("type") == "error":
                     _check_text(raw)
                     assert frame["error"]["code"] != "internal_error", (frame, body[:200])
-                if frame.get("type") in ("response.done", "error") and frame.get(
-                    "request_id"
-                ) in (f"deep-{sent}", None):
+                if frame.get("type") in ("response.done", "error") and frame.get("request_id") in (
+                    f"deep-{sent}",
+                    None,
+                ):
                     break
         ws.send(json.dumps(_chat("after the sweep", "last")))
         frames = [json.loads(ws.recv(timeout=10))]

@@ -121,4 +121,3 @@ def test_server_frames(dialect: ChatFrameDialect) -> None:
     assert error["error"]["param"] == "x"
     assert dialect.render_expiring(30.0)[0]["close_in_seconds"] == 30.0
     assert dialect.opened() == () and dialect.render_started(record()) == ()
-

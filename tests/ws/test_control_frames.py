@@ -75,8 +75,12 @@ async def test_a_cancel_behind_a_full_queue_is_answered_while_the_slot_is_still_
         await ws.send(cancel("long"))
         rest = [await next_terminal(ws) for _ in range(3)]
     assert first_terminal == {
-        "type": "response.done", "request_id": "q3", "id": None, "status": "cancelled",
-        "finish_reason": None, "usage": None,
+        "type": "response.done",
+        "request_id": "q3",
+        "id": None,
+        "status": "cancelled",
+        "finish_reason": None,
+        "usage": None,
     }
     assert second_terminal["request_id"] == "q1" and second_terminal["status"] == "cancelled"
     rest = rest[:3]

@@ -18,9 +18,10 @@ def test_a_malformed_header_is_named_not_quoted():
 
 
 def test_missing_empty_and_other_faults():
-    assert "missing Sec-WebSocket-Key header" in handshake_error(
-        400, InvalidHeader("Sec-WebSocket-Key")
-    ).message
+    assert (
+        "missing Sec-WebSocket-Key header"
+        in handshake_error(400, InvalidHeader("Sec-WebSocket-Key")).message
+    )
     assert "empty Upgrade header" in handshake_error(400, InvalidUpgrade("Upgrade", "")).message
     assert "must be GET" in handshake_error(405, InvalidMethod("POST")).message
     assert handshake_error(400, None).message == "invalid WebSocket handshake: malformed request"

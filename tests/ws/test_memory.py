@@ -55,9 +55,7 @@ def server_objects() -> Counter[str]:
     websockets parser) is broken when the collector finalizes the generator, and its
     objects are then freed by reference counting without ever being listed there.
     """
-    return Counter(
-        name for o in gc.get_objects() if (name := type(o).__name__) in SERVER_TYPES
-    )
+    return Counter(name for o in gc.get_objects() if (name := type(o).__name__) in SERVER_TYPES)
 
 
 async def test_closed_sockets_leave_no_cyclic_garbage_on_the_server(server_factory, collector_off):

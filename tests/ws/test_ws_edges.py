@@ -118,7 +118,10 @@ async def test_an_oversize_message_while_other_requests_stream_on_other_sockets(
 def test_close_code_labels_are_a_fixed_set():
     assert [close_code_label(c) for c in (1000, 1006, 1015)] == ["1000", "1006", "1015"]
     assert [close_code_label(c) for c in (3000, 3999, 4000, 4999)] == [
-        "3xxx", "3xxx", "4xxx", "4xxx"
+        "3xxx",
+        "3xxx",
+        "4xxx",
+        "4xxx",
     ]
     assert [close_code_label(c) for c in (0, 1016, 2999, 5000, 65535)] == ["other"] * 5
 

@@ -1,0 +1,174 @@
+"""The Responses API over HTTP: POST /v1/responses (JSON or SSE) and the stored responses.
+
+    POST   /v1/responses                       create (`stream: true`: SSE events)
+    GET    /v1/responses/{id}                  the stored Response
+    GET    /v1/responses/{id}/input_items      its input items, a page at a time
+    DELETE /v1/responses/{id}                  forget it
+    POST   /v1/responses/{id}/cancel           400: only background responses cancel
+
+The logic is `realtime.responses` (shared with the socket dialect); this module
+adds HTTP: the body, query parameters, the caller's key (whose fingerprint owns
+what it stores), and the SSE framing of the Responses events: each event is
+`event: <type>` + `data: <json>`, and the stream ends after the terminal event,
+without `[DONE]`. Serving (draining, metrics, disconnects, shutdown) is
+`serving.py`'s, shared with the chat routes. A `store: false` response over
+HTTP is kept nowhere: nobody could ever ask for it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, get_args
+
+import orjson
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+
+from realtime.asgi.auth import bearer_token
+from realtime.asgi.responses import ORJSONResponse
+from realtime.http.serving import begin, read_json_body, respond
+from realtime.http.sse import SseFraming
+from realtime.protocol.errors import InvalidRequestError, RealtimeError, UnknownFieldError
+from realtime.responses.request import Includable
+from realtime.responses.service import MAX_LIST_LIMIT, PreparedResponse, ResponsesService
+
+_INCLUDABLE = frozenset(get_args(Includable))
+
+
+def encode_named_event(event: dict[str, Any]) -> bytes:
+    kind: str = event["type"]
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+def _framing(prepared: PreparedResponse) -> SseFraming:
+    def error(exc: RealtimeError) -> bytes:
+        return encode_named_event(prepared.events.error_event(exc))
+
+    return SseFraming(encode=encode_named_event, done=None, error=error)
+
+
+def _service(request: Request) -> ResponsesService:
+    service: ResponsesService = request.app.state.responses
+    return service
+
+
+def _owner(request: Request, service: ResponsesService) -> str | None:
+    """The caller's owner fingerprint: its key's, when the server has keys."""
+    if not request.app.state.config.api_keys:
+        return None
+    return service.owner(bearer_token(request.scope["headers"]))
+
+
+async def create_response(request: Request) -> Response:
+    service = _service(request)
+    outcome = begin(request)
+    try:
+        body = await read_json_body(request)
+        parsed = service.parse(body)
+        streaming = bool(parsed.stream)
+        prepared = await service.prepare(parsed, stream=streaming, owner=_owner(request, service))
+    except RealtimeError as exc:
+        outcome.finish("error", error=exc)
+        raise
+    except ClientDisconnect:  # gone during the body upload; answered by `openai_errors`
+        outcome.finish("cancelled", cause="disconnect")
+        raise
+    outcome.usage, outcome.response_id = prepared.chat.delta.usage, prepared.id
+    # The time to first token is measured on the chat chunks under the events.
+    on_chunk: Callable[[dict[str, Any]], None] = outcome.timer.chunk
+    return await respond(
+        request,
+        outcome,
+        streaming,
+        stream=lambda: service.events(prepared, on_chunk=on_chunk),
+        complete=lambda: service.complete(prepared, on_chunk=on_chunk),
+        framing=_framing(prepared),
+    )
+
+
+async def get_response(request: Request) -> Response:
+    service = _service(request)
+    query = _query(request, {"include", "include_obfuscation", "starting_after", "stream"})
+    _includes(request)
+    if query.get("stream") not in (None, "false"):
+        raise InvalidRequestError(
+            "stream: replaying a response's events needs a background response, which this"
+            " server does not have; retrieve it without stream",
+            param="stream",
+            code="unsupported",
+        )
+    response = await service.retrieve(request.path_params["response_id"], _owner(request, service))
+    return ORJSONResponse(response)
+
+
+async def list_input_items(request: Request) -> Response:
+    service = _service(request)
+    query = _query(request, {"after", "include", "limit", "order"})
+    _includes(request)
+    limit = _limit(query.get("limit"))
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidRequestError(
+            f"Invalid value for 'order': {order!r}; expected 'asc' or 'desc'",
+            param="order",
+            code="invalid_value",
+        )
+    page = await service.input_items(
+        request.path_params["response_id"],
+        _owner(request, service),
+        after=query.get("after"),
+        limit=limit,
+        order=order,
+    )
+    return ORJSONResponse(page)
+
+
+async def delete_response(request: Request) -> Response:
+    service = _service(request)
+    _query(request, set())
+    deleted = await service.delete(request.path_params["response_id"], _owner(request, service))
+    return ORJSONResponse(deleted)
+
+
+async def cancel_response(request: Request) -> Response:
+    service = _service(request)
+    _query(request, set())
+    cancelled = await service.cancel(request.path_params["response_id"], _owner(request, service))
+    return ORJSONResponse(cancelled)  # pragma: no cover - cancel always raises
+
+
+def _query(request: Request, known: set[str]) -> dict[str, str]:
+    """The query parameters, refused by name when unknown (the strict field policy)."""
+    params = request.query_params
+    for name in params:
+        if name.removesuffix("[]") not in known:
+            raise UnknownFieldError(f"Unrecognized query parameter: {name}", param=name)
+    return {name: params[name] for name in params if name.removesuffix("[]") != "include"}
+
+
+def _includes(request: Request) -> None:
+    """`include` values must be ones the SDK defines (they change nothing stored here).
+
+    The openai SDK sends lists as `include[]=a&include[]=b`; plain `include=` works too."""
+    params = request.query_params
+    for value in [*params.getlist("include"), *params.getlist("include[]")]:
+        if value not in _INCLUDABLE:
+            raise InvalidRequestError(
+                f"Invalid value for 'include': {value!r}", param="include", code="invalid_value"
+            )
+
+
+def _limit(raw: str | None) -> int:
+    if raw is None:
+        return 20
+    try:
+        limit = int(raw)
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        raise InvalidRequestError(
+            f"Invalid value for 'limit': {raw!r}; expected an integer from 1 to {MAX_LIST_LIMIT}",
+            param="limit",
+            code="invalid_value",
+        )
+    return limit

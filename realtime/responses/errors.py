@@ -1,0 +1,53 @@
+"""The Responses API's own client errors: unknown ids and broken conversation chains.
+
+Each is a `RealtimeError`, so both transports show it the way they show every
+other error (an HTTP error body, or an `error` event on the socket).
+"""
+
+from __future__ import annotations
+
+from realtime.protocol.errors import InvalidRequestError
+
+
+class ResponseNotFoundError(InvalidRequestError):
+    """GET, DELETE or cancel of an id that is not stored (or not visible to this key)."""
+
+    status = 404
+    default_code = "response_not_found"
+
+    def __init__(self, response_id: str):
+        super().__init__(f"Response with id '{response_id}' not found.", param="response_id")
+
+
+class PreviousResponseNotFoundError(InvalidRequestError):
+    """`previous_response_id` names a response whose conversation cannot be rebuilt.
+
+    OpenAI's shape: 400, code `previous_response_not_found`, param `previous_response_id`.
+    `missing` is the id that could not be found: the one asked for, or an older
+    response in its chain that was deleted or expired.
+    """
+
+    default_code = "previous_response_not_found"
+
+    def __init__(self, previous_response_id: str, missing: str | None = None):
+        message = f"Previous response with id '{previous_response_id}' not found."
+        if missing is not None and missing != previous_response_id:
+            message = (
+                f"Previous response with id '{previous_response_id}' cannot be continued:"
+                f" the earlier response '{missing}' in its conversation was deleted or expired."
+            )
+        super().__init__(message, param="previous_response_id")
+
+
+class NotCancellableError(InvalidRequestError):
+    """Cancel of a response that was not created with `background: true` (all of ours)."""
+
+    default_code = "response_not_cancellable"
+
+    def __init__(self, response_id: str):
+        super().__init__(
+            f"Response '{response_id}' cannot be cancelled: only responses created with"
+            " background=true can be cancelled, and this server runs every response in the"
+            " foreground. Close the stream (or the connection) to stop a response.",
+            param="response_id",
+        )

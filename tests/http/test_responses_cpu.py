@@ -1,0 +1,80 @@
+"""The Responses API on the cpu engine (the tiny random-weight model): a continuation by
+`previous_response_id` is rebuilt into a prompt that starts with the earlier turn's,
+so the engine's prefix cache serves it and `cached_tokens` says so."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import openai  # noqa: E402
+
+from realtime.config import ServerConfig  # noqa: E402
+from realtime.engine.cpu import CpuEngine  # noqa: E402
+from tests.conftest import RunningServer, start_server, wait_until  # noqa: E402
+
+MODEL = "tiny"
+FIRST = "Tell me a long story about the sea, the wind, the boats and the harbour at night."
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir: Path) -> Iterator[RunningServer]:
+    engine = CpuEngine(tiny_model_dir, model_name=MODEL)
+    running = start_server(ServerConfig(log_level="warning"), engine)  # type: ignore[arg-type]
+    yield running
+    running.stop()
+
+
+def test_a_continuation_reports_the_cached_prefix(server: RunningServer) -> None:
+    with openai.OpenAI(base_url=server.http_url + "/v1", api_key="x", max_retries=0) as client:
+        first = client.responses.create(
+            model=MODEL, input=FIRST, max_output_tokens=8, temperature=0
+        )
+        assert first.usage is not None
+        assert first.usage.input_tokens_details.cached_tokens == 0
+        second = client.responses.create(
+            model=MODEL,
+            input="And then?",
+            previous_response_id=first.id,
+            max_output_tokens=4,
+            temperature=0,
+        )
+    usage = second.usage
+    assert usage is not None
+    cached = usage.input_tokens_details.cached_tokens
+    # the whole first prompt was computed before; the continuation only adds to it
+    assert cached >= first.usage.input_tokens - 1, (cached, first.usage.input_tokens)
+    assert cached > usage.input_tokens / 2, (cached, usage.input_tokens)
+    assert usage.input_tokens > first.usage.input_tokens
+
+
+def test_a_response_that_asks_warms_its_next_turn(server: RunningServer) -> None:
+    """`nvext.agent_hints.speculative_prefill` (the chat API's hint, sent as extra_body):
+    after the answer the server prefills the next turn's prefix, so the continuation
+    finds the whole earlier conversation, answer included, in the cache."""
+    speculative = server.app.state.pipeline.speculative
+    done = speculative.stats.completed
+    hint = {"nvext": {"agent_hints": {"speculative_prefill": True}}}
+    with openai.OpenAI(base_url=server.http_url + "/v1", api_key="x", max_retries=0) as client:
+        first = client.responses.create(
+            model=MODEL, input=FIRST + " Warm.", max_output_tokens=8, temperature=0, extra_body=hint
+        )
+        wait_until(lambda: speculative.stats.completed > done, timeout=30)
+        warmed = speculative.stats.recent[-1]
+        second = client.responses.create(
+            model=MODEL,
+            input="And then?",
+            previous_response_id=first.id,
+            max_output_tokens=2,
+            temperature=0,
+        )
+    assert warmed.outcome == "completed" and first.usage is not None
+    # the warm-up covered the first prompt and its answer as the next turn renders it
+    assert warmed.prompt_tokens > first.usage.input_tokens
+    assert second.usage is not None
+    assert second.usage.input_tokens_details.cached_tokens == warmed.prompt_tokens
