@@ -7,7 +7,9 @@ in one of three groups:
 
 * honoured: `model`, `input`, `instructions`, `previous_response_id`, `store`,
   `stream`, `metadata`, `temperature`, `top_p`, `max_output_tokens`, `tools`
-  (function tools), `tool_choice`, `parallel_tool_calls`, `text.format` (`text`),
+  (function tools), `tool_choice`, `parallel_tool_calls`, `text.format` (`text`;
+  `json_schema` and `json_object` enforced on the engines that constrain generation,
+  refused on the others),
   `include` (`message.output_text.logprobs`), `top_logprobs`, and this server's
   extension `nvext.agent_hints.speculative_prefill` (warm the next turn, as chat);
 * accepted, no effect on a self-hosted text model (kept so SDK defaults and agent
@@ -20,8 +22,7 @@ in one of three groups:
 * refused with a 400 saying so (`unsupported`): `background: true`,
   `truncation: "auto"`, `conversation`, `prompt`, `context_management`,
   `moderation`, `background_options`, `prompt_cache_options.prewarm`, hosted
-  tools, tool choices other than none/auto/required/a function, and (until
-  structured outputs are wired) `text.format` `json_schema` / `json_object`.
+  tools, tool choices other than none/auto/required/a function.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class _Strict(BaseModel):
 
 class TextFormat(_Strict):
     type: Literal["text", "json_schema", "json_object"]
-    # json_schema's fields (refused for now, but a typo in them is still named)
+    # json_schema's fields (flat, unlike the chat API's nested `json_schema`)
     name: str | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     description: str | None = None

@@ -417,21 +417,24 @@ def chat_body(
 
 
 def chat_response_format(text: TextConfig | None) -> dict[str, Any] | None:
-    """`text.format` as the chat request's `response_format`.
+    """`text.format` as the chat request's `response_format` (structured outputs).
 
-    STRUCTURED OUTPUTS CONNECT HERE. Until the chat pipeline enforces JSON
-    formats, they are refused (a 400 naming `text.format`) rather than ignored:
-    the answer would not follow them. To connect them, return
-    `{"type": "json_schema", "json_schema": {"name", "schema", "strict",
-    "description"}}` for `json_schema` (the Responses form is flat) and
-    `{"type": "json_object"}` for `json_object`.
+    The Responses form is flat (`{"type": "json_schema", "name", "schema", ...}`); the
+    chat form nests the schema under `json_schema`. The chat pipeline then enforces it
+    on the engines that constrain generation and refuses it on the others, and its
+    errors name `text.format` (see `responses_error`).
     """
     fmt = text.format if text is not None else None
     if fmt is None or fmt.type == "text":
         return None
-    raise UnsupportedFeatureError(
-        f"text.format {fmt.type!r} is not supported yet; only 'text' is", param="text.format"
-    )
+    if fmt.type == "json_object":
+        return {"type": "json_object"}
+    spec: dict[str, Any] = {"name": fmt.name, "schema": fmt.schema_}
+    if fmt.description is not None:
+        spec["description"] = fmt.description
+    if fmt.strict is not None:
+        spec["strict"] = fmt.strict
+    return {"type": "json_schema", "json_schema": spec}
 
 
 #: Chat field names in errors -> the Responses fields they come from.

@@ -4,6 +4,7 @@ so the engine's prefix cache serves it and `cached_tokens` says so."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,3 +79,39 @@ def test_a_response_that_asks_warms_its_next_turn(server: RunningServer) -> None
     assert warmed.prompt_tokens > first.usage.input_tokens
     assert second.usage is not None
     assert second.usage.input_tokens_details.cached_tokens == warmed.prompt_tokens
+
+
+@pytest.fixture(scope="module")
+def plain_server(tiny_model_dir: Path) -> Iterator[RunningServer]:
+    """No reasoning parser: the Responses API has no `chat_template_kwargs` to switch the
+    tiny template's thinking off, and a random model may think until max_output_tokens."""
+    engine = CpuEngine(tiny_model_dir, model_name=MODEL)
+    config = ServerConfig(log_level="warning", reasoning_parser="none")
+    running = start_server(config, engine)  # type: ignore[arg-type]
+    yield running
+    running.stop()
+
+
+def test_text_format_json_schema_is_enforced(plain_server: RunningServer) -> None:
+    """`text.format` (the Responses form of structured outputs) reaches the grammar:
+    a random-weight model's sampled answers are valid JSON of the schema."""
+    server = plain_server
+    schema = {
+        "type": "object",
+        "properties": {"color": {"enum": ["red", "blue"]}, "n": {"type": "integer"}},
+        "required": ["color", "n"],
+        "additionalProperties": False,
+    }
+    fmt = {"type": "json_schema", "name": "pick", "schema": schema, "strict": True}
+    with openai.OpenAI(base_url=server.http_url + "/v1", api_key="x", max_retries=0) as client:
+        for _ in range(3):
+            response = client.responses.create(
+                model=MODEL,
+                input="Pick one.",
+                text={"format": fmt},  # type: ignore[typeddict-item]
+                temperature=1.0,
+                max_output_tokens=200,
+            )
+            value = json.loads(response.output_text)
+            assert set(value) == {"color", "n"} and value["color"] in ("red", "blue")
+            assert isinstance(value["n"], int)
