@@ -35,6 +35,8 @@ LAYERS: list[set[str]] = [
     {"pipeline"},
     # server settings
     {"config"},
+    # the Realtime event protocol's session, conversation and events (pure)
+    {"realtime_events"},
     # what both transports share: the access guard, the error response
     {"asgi"},
     # the transports
