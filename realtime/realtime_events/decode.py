@@ -8,6 +8,7 @@ limit, its depth and value count are checked next (`--max-json-depth`,
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -138,15 +139,19 @@ def validate(model: type[BaseModel], data: Any, prefix: str) -> Any:
 
 
 def _prefixed(error: InvalidRequestError, prefix: str) -> InvalidRequestError:
-    if not prefix:
+    """`error` with its `param` under `prefix` and without pydantic's union member names."""
+    old = error.param or ""
+    param = ".".join(part for part in old.split(".") if part and not _UNION_MEMBER.match(part))
+    if prefix:
+        param = f"{prefix}.{param}" if param else prefix
+    if param == old:
         return error
-    param = f"{prefix}.{error.param}" if error.param else prefix
-    message = error.message
-    if error.param and error.param in message:
-        message = message.replace(error.param, param, 1)
-    else:
-        message = f"{prefix}: {message}"
-    return type(error)(message, param=param, code=error.code)
+    message = error.message.replace(old, param, 1) if old else f"{param}: {error.message}"
+    return type(error)(message, param=param or None, code=error.code)
+
+
+#: Names pydantic gives a union's members in an error's location; no client field is one.
+_UNION_MEMBER = re.compile(r"^(constrained-|literal\[|function-|json-or-python|tagged-union)")
 
 
 def check_generation(settings: _Generation, prefix: str) -> None:
