@@ -364,6 +364,27 @@ def _add_hardening_arguments(serve: argparse.ArgumentParser, d: ServerConfig) ->
         help="characters per stop string; longer is refused with 400 (default %(default)s)",
     )
     limits.add_argument(
+        "--realtime-max-items",
+        type=_positive_int,
+        default=d.realtime_max_items,
+        help="items in one Realtime event session's conversation; more are refused with an"
+        " error event conversation_full (default %(default)s)",
+    )
+    limits.add_argument(
+        "--realtime-max-conversation-chars",
+        type=_positive_int,
+        default=d.realtime_max_conversation_chars,
+        help="characters of text in one Realtime event session's conversation; more is"
+        " refused with an error event conversation_full (default %(default)s)",
+    )
+    limits.add_argument(
+        "--realtime-max-tools",
+        type=_positive_int,
+        default=d.realtime_max_tools,
+        help="function tools in a Realtime session.update or response.create; more is"
+        " refused with an error event (default %(default)s)",
+    )
+    limits.add_argument(
         "--gc-threshold",
         type=_non_negative_int,
         default=d.gc_threshold,
@@ -503,6 +524,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_json_values=args.max_json_values,
         max_stop_strings=args.max_stop_strings,
         max_stop_chars=args.max_stop_chars,
+        realtime_max_items=args.realtime_max_items,
+        realtime_max_conversation_chars=args.realtime_max_conversation_chars,
+        realtime_max_tools=args.realtime_max_tools,
         max_connections=args.max_connections,
         gc_threshold=args.gc_threshold,
         outbound_queue_frames=args.outbound_queue,

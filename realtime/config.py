@@ -19,6 +19,12 @@ from realtime.protocol.json_input import (
     DEFAULT_MAX_JSON_VALUES,
     MAX_JSON_DEPTH_CEILING,
 )
+from realtime.realtime_events.limits import (
+    DEFAULT_MAX_CONVERSATION_CHARS,
+    DEFAULT_MAX_ITEMS,
+    DEFAULT_MAX_TOOLS,
+    EventLimits,
+)
 
 
 @dataclass
@@ -97,6 +103,10 @@ class ServerConfig:
     #: Stop strings per request, and characters per stop string (400 beyond).
     max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS
     max_stop_chars: int = DEFAULT_MAX_STOP_CHARS
+    #: Realtime event sessions: conversation items, their characters, tools per session.
+    realtime_max_items: int = DEFAULT_MAX_ITEMS
+    realtime_max_conversation_chars: int = DEFAULT_MAX_CONVERSATION_CHARS
+    realtime_max_tools: int = DEFAULT_MAX_TOOLS
     #: API keys; empty = no authentication. /health and /ready are always open.
     api_keys: tuple[str, ...] = ()
     #: Browser origins allowed to connect; empty = no Origin or same origin only; "*" = all.
@@ -137,4 +147,14 @@ def input_limits(config: ServerConfig) -> InputLimits:
         max_json_values=config.max_json_values,
         max_stop_strings=config.max_stop_strings,
         max_stop_chars=config.max_stop_chars,
+    )
+
+
+def event_limits(config: ServerConfig) -> EventLimits:
+    """The Realtime event sessions' limits of `config` (`realtime.realtime_events`)."""
+    return EventLimits(
+        max_items=config.realtime_max_items,
+        max_conversation_chars=config.realtime_max_conversation_chars,
+        max_tools=config.realtime_max_tools,
+        max_active_responses=config.max_concurrent_per_socket,
     )

@@ -87,6 +87,15 @@ LIMITS: list[tuple[str, str, str, str]] = [
      "stop strings per request; more is 400 / `error` frame, `param` `stop`"),
     ("--max-stop-chars", "max_stop_chars", "characters",
      "per stop string; longer is 400 / `error` frame, `param` `stop`"),
+    ("--realtime-max-items", "realtime_max_items", "items",
+     "in one Realtime event session's conversation; one more is an `error` event"
+     " `conversation_full`, the socket stays open"),
+    ("--realtime-max-conversation-chars", "realtime_max_conversation_chars", "characters",
+     "of text (messages, call arguments, call outputs) in one Realtime event session's"
+     " conversation; more is an `error` event `conversation_full`"),
+    ("--realtime-max-tools", "realtime_max_tools", "tools",
+     "function tools in a Realtime `session.update` or `response.create`; more is an"
+     " `error` event naming `tools`"),
     ("--max-tokens-cap", "max_tokens_cap", "tokens",
      "largest `max_tokens`; above it 400 / `error` frame `max_tokens_exceeded`;"
      " without `max_tokens` the answer stops there (`length`). Default: the model's context"),

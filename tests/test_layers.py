@@ -33,10 +33,10 @@ LAYERS: list[set[str]] = [
     {"constrain"},
     # requests in, chunks out: drives an engine through the chat logic
     {"pipeline"},
-    # server settings
-    {"config"},
     # the Realtime event protocol's session, conversation and events (pure)
     {"realtime_events"},
+    # server settings
+    {"config"},
     # what both transports share: the access guard, the error response
     {"asgi"},
     # the transports
