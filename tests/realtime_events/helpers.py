@@ -7,6 +7,7 @@ import orjson
 from realtime.protocol.input_limits import InputLimits
 from realtime.realtime_events.limits import EventLimits
 from realtime.realtime_events.session_state import EventSession, Reply
+from tests.realtime_events.sdk_types import check_server_event
 
 MODEL = "test-model"
 
@@ -43,4 +44,5 @@ def error_of(reply: Reply) -> dict[str, Any]:
     assert reply.action is None
     [event] = reply.events
     assert event["type"] == "error", event
+    check_server_event(event)
     return event["error"]  # type: ignore[no-any-return]
