@@ -38,6 +38,7 @@ from realtime.protocol.frame_models import CLIENT_FRAMES, SERVER_FRAMES
 from realtime.protocol.request import ChatCompletionRequest
 from realtime.protocol.response import ChatCompletion, ChatCompletionChunk, ErrorBody
 from realtime.protocol.states import REQUEST, SETUP, SOCKET
+from realtime.realtime_events.event_models import CLIENT_EVENTS_DOC, SERVER_EVENTS_DOC
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 REF = "#/components/schemas/{model}"
@@ -356,7 +357,7 @@ _CLOSE_CODES = {
 
 def asyncapi(routes: list[BaseRoute]) -> dict[str, Any]:
     ws_paths = [r.path for r in routes if isinstance(r, WebSocketRoute)]
-    frame_models = {**CLIENT_FRAMES, **SERVER_FRAMES}
+    frame_models = {**CLIENT_FRAMES, **SERVER_FRAMES, **CLIENT_EVENTS_DOC, **SERVER_EVENTS_DOC}
     refs, schemas = component_schemas([(m, "validation") for m in frame_models.values()])
     messages = {}
     for name, model in frame_models.items():
@@ -367,14 +368,19 @@ def asyncapi(routes: list[BaseRoute]) -> dict[str, Any]:
             "contentType": "application/json",
             "payload": dict(refs[(model, "validation")]),
         }
-    channel_messages = {n: {"$ref": f"#/components/messages/{n}"} for n in messages}
+    chat_names = [*CLIENT_FRAMES, *SERVER_FRAMES]
+    channel_messages = {n: {"$ref": f"#/components/messages/{n}"} for n in chat_names}
+    event_names = [*CLIENT_EVENTS_DOC, *SERVER_EVENTS_DOC]
+    event_messages = {n: {"$ref": f"#/components/messages/{n}"} for n in event_names}
 
-    def operation(action: str, names: list[str], summary: str) -> dict[str, Any]:
+    def operation(
+        action: str, names: list[str], summary: str, channel: str = "realtime"
+    ) -> dict[str, Any]:
         return {
             "action": action,
             "summary": summary,
-            "channel": {"$ref": "#/channels/realtime"},
-            "messages": [{"$ref": f"#/channels/realtime/messages/{n}"} for n in names],
+            "channel": {"$ref": f"#/channels/{channel}"},
+            "messages": [{"$ref": f"#/channels/{channel}/messages/{n}"} for n in names],
         }
 
     return {
@@ -428,13 +434,46 @@ def asyncapi(routes: list[BaseRoute]) -> dict[str, Any]:
                     }
                 },
                 "x-close-codes": {str(k): v for k, v in _CLOSE_CODES.items()},
-            }
+            },
+            "realtimeEvents": {
+                "address": ws_paths[0] if ws_paths else "/v1/realtime",
+                "title": "The OpenAI Realtime API's events (text mode)",
+                "description": "The same socket when the handshake URL carries a `model` query"
+                " parameter (the openai SDK's `client.realtime.connect(model=...)`): the"
+                " server sends `session.created` first; every refusal is an `error` event"
+                " and the socket stays open. Audio events are refused. See protocol.md.",
+                "messages": event_messages,
+                "bindings": {
+                    "ws": {
+                        "method": "GET",
+                        "query": {
+                            "type": "object",
+                            "properties": {
+                                "model": {
+                                    "type": "string",
+                                    "description": "the served model; its presence selects"
+                                    " this dialect",
+                                },
+                            },
+                            "required": ["model"],
+                        },
+                    }
+                },
+            },
         },
         "operations": {
             "receiveClientFrames": operation(
                 "receive", list(CLIENT_FRAMES), "Frames a client sends"
             ),
             "sendServerFrames": operation("send", list(SERVER_FRAMES), "Frames the server sends"),
+            "receiveClientEvents": operation(
+                "receive", list(CLIENT_EVENTS_DOC), "Realtime events a client sends",
+                "realtimeEvents",
+            ),
+            "sendServerEvents": operation(
+                "send", list(SERVER_EVENTS_DOC), "Realtime events the server sends",
+                "realtimeEvents",
+            ),
         },
         "components": {
             "messages": messages,

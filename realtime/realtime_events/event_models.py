@@ -31,7 +31,7 @@ class _Event(_Closed):
     event_id: str
 
 
-class TextPart(_Closed):
+class ItemTextPart(_Closed):
     type: Literal["input_text", "output_text"]
     text: str
 
@@ -42,7 +42,7 @@ class MessageItem(_Closed):
     type: Literal["message"]
     status: Literal["completed", "incomplete", "in_progress"]
     role: Literal["user", "system", "assistant"]
-    content: list[TextPart]
+    content: list[ItemTextPart]
 
 
 class FunctionCallItem(_Closed):
@@ -219,7 +219,7 @@ class OutputItemDoneEvent(_Event):
     item: Item
 
 
-class Part(_Closed):
+class TextPartShown(_Closed):
     type: Literal["text"]
     text: str
 
@@ -232,7 +232,7 @@ class ContentPartAddedEvent(_Event):
     item_id: str
     output_index: int
     content_index: int
-    part: Part
+    part: TextPartShown
 
 
 class ContentPartDoneEvent(_Event):
@@ -243,7 +243,7 @@ class ContentPartDoneEvent(_Event):
     item_id: str
     output_index: int
     content_index: int
-    part: Part
+    part: TextPartShown
 
 
 class OutputTextDeltaEvent(_Event):
