@@ -76,6 +76,8 @@ class ResponseRenderer:
         self._finish_reason: str | None = None
         #: previous_item_id of each item added to the conversation, by item id.
         self._previous: dict[str, str | None] = {}
+        #: `response.created` was rendered (a response cancelled while queued never was).
+        self.announced = False
 
     # --- the response object ---
 
@@ -99,6 +101,7 @@ class ResponseRenderer:
         }
 
     def created(self) -> dict[str, Any]:
+        self.announced = True
         return {
             "type": "response.created",
             "event_id": self._event_id(),
@@ -306,7 +309,8 @@ class ResponseRenderer:
         else:
             status, details = "completed", None
         item_status = "completed" if status == "completed" else "incomplete"
-        events: list[dict[str, Any]] = []
+        # Every response.done follows its response.created, even for one never started.
+        events: list[dict[str, Any]] = [] if self.announced else [self.created()]
         self._close_message(item_status, events)
         self._close_calls(events, item_status)
         self.status = status
