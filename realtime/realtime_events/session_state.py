@@ -171,10 +171,14 @@ class EventSession:
     def _create_item(self, event: ItemCreateEvent) -> list[dict[str, Any]]:
         item = item_object(event.parsed)
         previous = self.conversation.add(item, event.previous_item_id)
-        added: dict[str, Any] = {"event_id": "", "previous_item_id": previous, "item": item}
         return [
-            {**added, "type": "conversation.item.added", "event_id": self.event_id()},
-            {**added, "type": "conversation.item.done", "event_id": self.event_id()},
+            {
+                "type": kind,
+                "event_id": self.event_id(),
+                "previous_item_id": previous,
+                "item": item,
+            }
+            for kind in ("conversation.item.added", "conversation.item.done")
         ]
 
     def _create_response(self, event: ResponseCreateEvent) -> Reply:
