@@ -11,7 +11,7 @@ goes in.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, NoReturn
 
 from realtime.protocol.errors import InvalidRequestError
 from realtime.realtime_events.errors import (
@@ -153,7 +153,7 @@ class Conversation:
         del self._items[item_id]
         self.chars -= self._counted.pop(item_id)
 
-    def truncate(self, item_id: str, content_index: int) -> None:
+    def truncate(self, item_id: str, content_index: int) -> NoReturn:
         """Always refused: truncation cuts an assistant message's *audio*, which text mode has not.
 
         The item is looked up first, so a wrong id gets `item_not_found`."""

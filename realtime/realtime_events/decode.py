@@ -35,6 +35,7 @@ from realtime.realtime_events.models import (
     FunctionCallItem,
     FunctionCallOutputItem,
     FunctionTool,
+    GenerationSettings,
     Item,
     ItemCreateEvent,
     ItemReference,
@@ -46,7 +47,6 @@ from realtime.realtime_events.models import (
     ToolChoiceFunction,
     UserContent,
     UserMessageItem,
-    _Generation,
 )
 
 _MESSAGE_ROLES: dict[str, type[BaseModel]] = {
@@ -154,7 +154,7 @@ def _prefixed(error: InvalidRequestError, prefix: str) -> InvalidRequestError:
 _UNION_MEMBER = re.compile(r"^(constrained-|literal\[|function-|json-or-python|tagged-union)")
 
 
-def check_generation(settings: _Generation, prefix: str) -> None:
+def check_generation(settings: GenerationSettings, prefix: str) -> None:
     """Text only; function tools only; nothing the server cannot do."""
     if settings.output_modalities is not None and settings.output_modalities != ["text"]:
         raise AudioNotSupportedError(

@@ -124,7 +124,7 @@ ToolChoice = Literal["none", "auto", "required"] | ToolChoiceFunction
 # --- session.update's session, response.create's response ---
 
 
-class _Generation(Strict):
+class GenerationSettings(Strict):
     """What a session sets and a response may override."""
 
     instructions: str | None = None
@@ -142,7 +142,7 @@ class _Generation(Strict):
     reasoning: dict[str, Any] | None = None
 
 
-class SessionSettings(_Generation):
+class SessionSettings(GenerationSettings):
     type: Literal["realtime", "transcription"]
     model: str | None = None
     include: list[str] | None = None
@@ -150,7 +150,7 @@ class SessionSettings(_Generation):
     truncation: Any = None
 
 
-class ResponseSettings(_Generation):
+class ResponseSettings(GenerationSettings):
     conversation: str | None = None
     input: list[dict[str, Any]] | None = None
     metadata: dict[str, str] | None = None

@@ -22,8 +22,8 @@ from realtime.realtime_events.session_config import GenerationConfig
 
 Status = Literal["completed", "cancelled", "failed", "incomplete"]
 
-#: Called with an item as it opens; returns its previous item's id, or raises
-#: nothing. None means the response writes to no conversation.
+#: Puts an item that opens into the conversation; returns the id of the item before it.
+#: A response given none writes to no conversation (`conversation: "none"`).
 ItemSink = Callable[[dict[str, Any]], str | None]
 
 

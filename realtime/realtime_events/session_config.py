@@ -16,9 +16,9 @@ from realtime.realtime_events.decode import parse_tool, parse_tool_choice
 from realtime.realtime_events.limits import EventLimits
 from realtime.realtime_events.models import (
     FunctionTool,
+    GenerationSettings,
     SessionSettings,
     ToolChoice,
-    _Generation,
 )
 
 MaxTokens = int | Literal["inf"]
@@ -37,7 +37,7 @@ class GenerationConfig:
     parallel_tool_calls: bool | None = None
 
     def overridden(
-        self, settings: _Generation, prefix: str, limits: EventLimits
+        self, settings: GenerationSettings, prefix: str, limits: EventLimits
     ) -> GenerationConfig:
         """This configuration with the fields `settings` sets (present ones only)."""
         present = settings.model_fields_set
