@@ -89,11 +89,19 @@ class EventSession:
     ):
         self.session_id = session_id
         self.served_model = served_model
-        self._requested_model = requested_model
         self.limits = limits
         self.input_limits = input_limits
         self.event_id = EventIds()
         self.config = GenerationConfig(model=None)
+        #: The handshake's model, if not the served one: refused right after `session.created`.
+        self._refusal: RealtimeError | None = None
+        if requested_model is not None:
+            try:
+                self.config = GenerationConfig(
+                    model=check_model(requested_model, served_model, "model")
+                )
+            except RealtimeError as exc:
+                self._refusal = exc
         self.conversation = Conversation(limits)
         self.conversation_id = f"conv_{session_id.removeprefix('sess_')[:24]}"
         self.active: dict[str, _Active] = {}
@@ -102,17 +110,9 @@ class EventSession:
 
     def open(self) -> list[dict[str, Any]]:
         """`session.created`, then an `error` if the handshake named a model not served."""
-        refusal: RealtimeError | None = None
-        if self._requested_model is not None:
-            try:
-                self.config = GenerationConfig(
-                    model=check_model(self._requested_model, self.served_model, "model")
-                )
-            except RealtimeError as exc:
-                refusal = exc
         events = [self._session_event("session.created")]
-        if refusal is not None:
-            events.append(error_event(self.event_id(), refusal, None))
+        if self._refusal is not None:
+            events.append(error_event(self.event_id(), self._refusal, None))
         return events
 
     def _session_event(self, kind: str) -> dict[str, Any]:
