@@ -67,9 +67,9 @@ class ResponseRenderer:
         self._conversation_id = conversation_id if on_item is not None else None
         self.output: list[dict[str, Any]] = []
         self.status: Status | None = None
-        #: The open message item and its text so far.
+        #: The open message item (its text grows in place) and its output index.
         self._message: dict[str, Any] | None = None
-        self._text: list[str] = []
+        self._message_index = 0
         #: Open function calls by the chunk's tool-call index.
         self._calls: dict[int, dict[str, Any]] = {}
         self._call_args: dict[int, list[str]] = {}
@@ -182,11 +182,9 @@ class ResponseRenderer:
                 "content": [],
             }
             self._message = message
-            self._text = []
-            self._add(message, events)
+            self._message_index = self._add(message, events)
             message["content"].append({"type": "output_text", "text": ""})
             events.append(self._part_event("response.content_part.added", message, ""))
-        self._text.append(text)
         message["content"][0]["text"] += text
         events.append(
             {
@@ -194,7 +192,7 @@ class ResponseRenderer:
                 "event_id": self._event_id(),
                 "response_id": self.id,
                 "item_id": message["id"],
-                "output_index": self.output.index(message),
+                "output_index": self._message_index,
                 "content_index": 0,
                 "delta": text,
             }
