@@ -1,6 +1,6 @@
 """The package's layers, read from every module's imports (ast), so they cannot drift.
 
-    protocol <- model <- chat / engine <- pipeline <- transports (http, ws) <- app
+    protocol <- model <- chat / engine <- pipeline <- session <- transports (http, ws) <- app
 
 A module may import its own package and any layer below its own, never one above
 and never a neighbour on the same layer (so `chat/` and `engine/` do not import
@@ -33,7 +33,9 @@ LAYERS: list[set[str]] = [
     {"constrain"},
     # requests in, chunks out: drives an engine through the chat logic
     {"pipeline"},
-    # the Realtime event protocol's session, conversation and events (pure)
+    # the socket session core (no I/O) and its dialects: frames <-> commands, actions
+    {"session"},
+    # the Realtime event dialect: its session, conversation and events (no I/O)
     {"realtime_events"},
     # server settings
     {"config"},

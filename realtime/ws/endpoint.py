@@ -1,16 +1,22 @@
-"""The ASGI entry of /v1/realtime: capacity, accept, run a session, register it with the hub.
+"""The ASGI entry of a socket route: capacity, the dialect, accept, run a session, the hub.
 
 API keys and the Origin were checked before this runs (`realtime.asgi.access`).
 Here the connection limit is enforced, still before the upgrade (HTTP 503 with
-`Retry-After`), and the `realtime` subprotocol is selected when the client
-offered it (browsers sending their key as `realtime-key.<key>` must offer it:
-the key itself is never echoed).
+`Retry-After`), and the socket's dialect is picked from the handshake: each
+route is `session_endpoint(selector, ...)`, and the first selector that claims
+the handshake (by its subprotocol, a query parameter...) names the dialect and the
+subprotocol to accept. /v1/realtime speaks chat frames and selects the `realtime`
+subprotocol when the client offered it (browsers sending their key as
+`realtime-key.<key>` must offer it: the key itself is never echoed).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
 
 from starlette.websockets import WebSocket
 
@@ -19,15 +25,55 @@ from realtime.auth import SUBPROTOCOL
 from realtime.observability.logs import event
 from realtime.observability.metrics import Metrics, close_code_label
 from realtime.protocol.close_codes import CloseCode, truncate_reason
-from realtime.protocol.errors import TooManyConnectionsError
+from realtime.protocol.errors import InvalidRequestError, TooManyConnectionsError
 from realtime.protocol.states import SOCKET, SocketEvent, SocketState
+from realtime.session.chat_frames import ChatFrameDialect
+from realtime.session.dialect import DialectFactory
 from realtime.ws.hub import SessionHub
 from realtime.ws.session import RealtimeSession
 
 log = logging.getLogger("realtime.ws")
 
 
-async def realtime_endpoint(websocket: WebSocket) -> None:
+@dataclass(frozen=True, slots=True)
+class DialectChoice:
+    """A handshake's dialect, and the subprotocol to accept it with (None: none)."""
+
+    dialect: DialectFactory
+    subprotocol: str | None = None
+
+
+#: Reads a handshake's ASGI scope; returns a choice if the handshake asks for its dialect.
+DialectSelector = Callable[[MutableMapping[str, Any]], "DialectChoice | None"]
+
+
+def chat_frames(scope: MutableMapping[str, Any]) -> DialectChoice:
+    """Chat frames, the default of /v1/realtime: claims every handshake."""
+    offered = scope.get("subprotocols") or ()
+    return DialectChoice(
+        ChatFrameDialect.from_context, SUBPROTOCOL if SUBPROTOCOL in offered else None
+    )
+
+
+def session_endpoint(*selectors: DialectSelector) -> Callable[[WebSocket], Awaitable[None]]:
+    """A socket route's endpoint: the first selector that claims a handshake picks its
+    dialect; a handshake none claims is refused with 400 before the upgrade."""
+
+    async def endpoint(websocket: WebSocket) -> None:
+        for select in selectors:
+            choice = select(websocket.scope)
+            if choice is not None:
+                await _serve(websocket, choice)
+                return
+        error = InvalidRequestError(
+            "this handshake asks for no protocol this endpoint speaks", code="invalid_handshake"
+        )
+        await deny_websocket(websocket.scope, websocket.receive, websocket.send, error)
+
+    return endpoint
+
+
+async def _serve(websocket: WebSocket, choice: DialectChoice) -> None:
     state = websocket.app.state
     hub: SessionHub = state.hub
     metrics: Metrics = state.metrics
@@ -44,8 +90,7 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
         await deny_websocket(websocket.scope, websocket.receive, websocket.send, error)
         return
     try:
-        offered = websocket.scope.get("subprotocols") or ()
-        subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered else None
+        subprotocol = choice.subprotocol
         await websocket.accept(subprotocol=subprotocol)
         metrics.ws_handshakes.labels("accepted").inc()
         reason = None
@@ -64,7 +109,12 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
             return
         SOCKET.next(SocketState.CONNECTING.value, SocketEvent.ACCEPT.value)
         session = RealtimeSession(
-            websocket, state.pipeline, state.config, metrics=metrics, conn_id=conn_id
+            websocket,
+            state.pipeline,
+            state.config,
+            metrics=metrics,
+            conn_id=conn_id,
+            dialect=choice.dialect,
         )
         hub.add(session)
     finally:
@@ -93,3 +143,7 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
             requests=session.requests_answered,
             duration_ms=round((time.perf_counter() - opened) * 1000, 3),
         )
+
+
+#: /v1/realtime: chat frames.
+realtime_endpoint = session_endpoint(chat_frames)

@@ -128,8 +128,8 @@ async def test_a_peer_gone_before_the_task_starts_releases_everything(server_fac
         await ws.send(chat(LONG, request_id="gone"))
         await async_wait_until(lambda: bool(sessions) and sessions[0].finished.is_set())
     (session,) = sessions
-    assert not session._running and not session._known
-    assert session._slots._value == server.config.max_concurrent_per_socket
+    assert not session._running and not session.core.records
+    assert session.core.slots_used == 0  # every slot free again
     assert server.engine.stats.requests_started == 0
 
 
@@ -177,7 +177,8 @@ async def test_stress_request_then_cancel_within_2_ms_on_many_sockets(server_fac
 
 
 async def test_a_session_keeps_no_per_request_state_once_its_requests_ended(server_factory):
-    """Every per-request map of the session is back to empty: nothing grows with requests."""
+    """The session's per-request records and tasks are back to empty: nothing grows with
+    requests."""
     server = server_factory(ServerConfig(echo_delay=0.001, log_level="warning"))
     sessions: list[Any] = []
     hooks = hook_sessions(server, lambda session, rid: None)
@@ -192,8 +193,8 @@ async def test_a_session_keeps_no_per_request_state_once_its_requests_ended(serv
     assert code == 1000 and set(terminals.values()) == {1}
     (session,) = sessions
     assert hooks and session.finished.is_set()
-    for name in ("_known", "_states", "_running", "_not_started", "_cancel_queued",
-                 "_cancel_running", "_side_tasks"):
-        assert not getattr(session, name), name
-    assert len(session._requests) == 0 and len(session._outbox) == 0
+    # One record per request (the core's), and the glue's tasks.
+    assert not session.core.records and not session._running and not session._side_tasks
+    assert session.core.queue_depth == 0 and session.core.slots_used == 0
+    assert len(session._outbox) == 0
     assert not server.app.state.hub._sessions

@@ -1,0 +1,10 @@
+"""The socket session core, without I/O: events in, actions out, one record per request.
+
+`core.SessionCore` decides everything a socket session decides (accepting,
+refusing, ordering, starting, cancelling, answering, ending) and says so as
+actions (`actions.py`); the asyncio glue in `realtime.ws.session` owns the socket,
+the outbox and the tasks and does what the actions say. What the client sends
+and receives is a dialect's business (`dialect.py`): it parses frames into
+commands (`commands.py`) and renders the core's answers as frames. The chat-frame
+dialect of /v1/realtime is `chat_frames.py`.
+"""

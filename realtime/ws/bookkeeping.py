@@ -1,0 +1,117 @@
+"""A socket session's helpers: what it counts and logs, its limits and timer, task ends.
+
+Kept apart from the glue (`realtime.ws.session`) so that module stays about
+doing what the core says; these functions hold no reference to a session, so
+nothing here can form a reference cycle with one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from realtime.config import ServerConfig
+from realtime.observability.logs import event
+from realtime.observability.metrics import Metrics
+from realtime.protocol.errors import EngineError, EngineUnavailableError
+from realtime.session.actions import RequestEnded, RequestRefused
+from realtime.session.core import CoreLimits
+
+log = logging.getLogger("realtime.ws")
+
+TRANSPORT = "ws"
+
+
+def core_limits(config: ServerConfig) -> CoreLimits:
+    """The settings the session core enforces, from the server's."""
+    return CoreLimits(
+        max_concurrent=config.max_concurrent_per_socket,
+        max_in_flight=config.max_in_flight_per_socket,
+        queue_size=config.request_queue_size,
+        read_ahead=config.read_ahead_requests,
+        idle_timeout_seconds=config.idle_timeout_seconds,
+        max_session_seconds=config.max_session_seconds,
+        session_expiry_grace_seconds=config.session_expiry_grace_seconds,
+        slow_consumer_seconds=config.slow_consumer_seconds,
+    )
+
+
+def watchdog_tick(config: ServerConfig) -> float | None:
+    """How often the session's timer fires: a quarter of the shortest time limit, between
+    20 ms and 1 s; None when no time limit is set."""
+    limits = [
+        s
+        for s in (
+            config.idle_timeout_seconds,
+            config.max_session_seconds,
+            config.slow_consumer_seconds,
+        )
+        if s > 0
+    ]
+    return min(1.0, max(0.02, min(limits) / 4)) if limits else None
+
+
+def when_all_done(tasks: list[asyncio.Task[None]], callback: Callable[[], None]) -> None:
+    """Call `callback` once every task in `tasks` has ended (at once if they all have).
+    By callbacks, not by awaiting: the caller may itself be cancelled."""
+    pending = {task for task in tasks if not task.done()}
+
+    def one_done(task: asyncio.Task[None]) -> None:
+        pending.discard(task)
+        if not pending:
+            callback()
+
+    if not pending:
+        callback()
+    for task in pending:
+        task.add_done_callback(one_done)
+
+
+def report_violation(metrics: Metrics, conn_id: str, machine: str, exc: Exception) -> None:
+    """A state table was broken: a bug, counted and logged."""
+    metrics.state_violations.labels(machine).inc()
+    log.error("state machine violation: %s", exc, extra={"conn_id": conn_id})
+
+
+def record_ended(metrics: Metrics, conn_id: str, ended: RequestEnded) -> None:
+    """A request got its answer: the request metrics and the `request.end` log line."""
+    request, status, error = ended.request, ended.status, ended.error
+    metrics.requests.labels(TRANSPORT, status).inc()
+    prepared = request.prepared
+    usage = prepared.delta.usage() if prepared is not None else None
+    metrics.usage(TRANSPORT, usage)
+    if status == "cancelled":
+        metrics.cancellations.labels(TRANSPORT, ended.cause or "server_close").inc()
+    if isinstance(error, (EngineError, EngineUnavailableError)):
+        metrics.engine_errors.labels(error.code or "engine_error").inc()
+    timer = request.timer
+    event(
+        log,
+        "request.end",
+        transport=TRANSPORT,
+        conn_id=conn_id,
+        request_id=request.id,
+        id=prepared.delta.id if prepared is not None else None,
+        status=status,
+        cause=ended.cause if status == "cancelled" else None,
+        error_code=error.code if error is not None else None,
+        prompt_tokens=usage["prompt_tokens"] if usage else None,
+        completion_tokens=usage["completion_tokens"] if usage else None,
+        ttft_ms=timer.ttft_ms if timer is not None else None,
+        duration_ms=round((time.perf_counter() - request.received_at) * 1000, 3),
+    )
+
+
+def record_refused(metrics: Metrics, conn_id: str, refused: RequestRefused) -> None:
+    """A request refused before it was accepted: counted as rejected, logged."""
+    metrics.requests.labels(TRANSPORT, "rejected").inc()
+    event(
+        log,
+        "request.refused",
+        transport=TRANSPORT,
+        conn_id=conn_id,
+        request_id=refused.request_id,
+        error_code=refused.error.code,
+    )
