@@ -30,8 +30,8 @@ from realtime.observability.metrics import Metrics
 from realtime.pipeline import ChatPipeline
 from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.errors import RealtimeError
-from realtime.ws.endpoint import realtime_endpoint
 from realtime.ws.hub import SessionHub
+from realtime.ws.realtime_events import realtime_endpoint
 
 log = logging.getLogger("realtime")
 

@@ -23,7 +23,6 @@ from realtime.realtime_events.limits import (
     DEFAULT_MAX_CONVERSATION_CHARS,
     DEFAULT_MAX_ITEMS,
     DEFAULT_MAX_TOOLS,
-    EventLimits,
 )
 
 
@@ -149,12 +148,3 @@ def input_limits(config: ServerConfig) -> InputLimits:
         max_stop_chars=config.max_stop_chars,
     )
 
-
-def event_limits(config: ServerConfig) -> EventLimits:
-    """The Realtime event sessions' limits of `config` (`realtime.realtime_events`)."""
-    return EventLimits(
-        max_items=config.realtime_max_items,
-        max_conversation_chars=config.realtime_max_conversation_chars,
-        max_tools=config.realtime_max_tools,
-        max_active_responses=config.max_concurrent_per_socket,
-    )
