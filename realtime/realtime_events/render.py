@@ -116,7 +116,8 @@ class ResponseRenderer:
             delta = choice.get("delta") or {}
             text = delta.get("content")
             if text:
-                self._close_calls(events)
+                if self._calls:
+                    self._close_calls(events)
                 self._text_delta(text, events)
             for call in delta.get("tool_calls") or ():
                 self._call_delta(call, events)
