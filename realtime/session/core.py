@@ -249,6 +249,8 @@ class SessionCore:
         return [Send(frames, "opened")] if frames else []
 
     def _submit(self, command: Submit, received_at: float) -> list[Action]:
+        if command.request is None and command.rejection is None:
+            raise TypeError("a Submit carries a request to run, or the rejection to answer")
         request_id = command.request_id
         if request_id is None:
             request_id = f"req_{next(self._auto_ids)}"

@@ -1,4 +1,4 @@
-"""A socket session's helpers: what it counts and logs, its limits and timer, task ends.
+"""A socket session's helpers: what it counts and logs, its id, limits and timer, task ends.
 
 Kept apart from the glue (`realtime.ws.session`) so that module stays about
 doing what the core says; these functions hold no reference to a session, so
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable
 
 from realtime.config import ServerConfig
@@ -22,6 +23,11 @@ from realtime.session.core import CoreLimits
 log = logging.getLogger("realtime.ws")
 
 TRANSPORT = "ws"
+
+
+def new_session_id() -> str:
+    """122 random bits: nobody can guess another socket's id to reach its cache."""
+    return f"sess_{uuid.uuid4().hex}"
 
 
 def core_limits(config: ServerConfig) -> CoreLimits:

@@ -31,7 +31,6 @@ import asyncio
 import functools
 import logging
 import time
-import uuid
 from collections.abc import Coroutine
 from contextlib import aclosing
 from typing import Any
@@ -66,6 +65,7 @@ from realtime.session.record import RequestRecord
 from realtime.ws.bookkeeping import (
     TRANSPORT,
     core_limits,
+    new_session_id,
     record_ended,
     record_refused,
     report_violation,
@@ -76,11 +76,6 @@ from realtime.ws.outbox import Outbox
 from realtime.ws.transport import WRITABLE_EXTENSION
 
 log = logging.getLogger("realtime.ws")
-
-
-def new_session_id() -> str:
-    """122 random bits: nobody can guess another socket's id to reach its cache."""
-    return f"sess_{uuid.uuid4().hex}"
 
 
 class RealtimeSession:
@@ -317,14 +312,17 @@ class RealtimeSession:
         try:
             await self._perform(actions)
         finally:
-            self._running.pop(request_id, None)
+            # Only its own entry: once answered, the id may already name a new request.
+            if self._running.get(request_id) is asyncio.current_task():
+                del self._running[request_id]
 
     def _task_done(self, request: RequestRecord, task: asyncio.Task[None]) -> None:
         """A request task ended; if it never took its first step (cancelled before), report
         the cancel its body would have reported."""
         if request.body_started:
             return
-        self._running.pop(request.id, None)
+        if self._running.get(request.id) is task:
+            del self._running[request.id]
         self._perform_now(self.core.request_cancelled(request.id))
 
     # --- doing what the core says ---
@@ -379,6 +377,10 @@ class RealtimeSession:
                 self._run_request(request), name=f"realtime-{request.id}"
             )
             task.add_done_callback(functools.partial(self._task_done, request))
+            earlier = self._running.get(request.id)
+            if earlier is not None:  # an answered request of that id, still finishing
+                self._side_tasks.add(earlier)
+                earlier.add_done_callback(self._side_tasks.discard)
             self._running[request.id] = task
         elif isinstance(action, RequestEnded):
             self.requests_answered += 1
