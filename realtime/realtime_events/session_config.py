@@ -103,6 +103,24 @@ def check_model(name: str, served_model: str, param: str) -> str:
     return name
 
 
+def check_tool_choice(config: GenerationConfig, prefix: str) -> None:
+    """A named function must be one of the tools, checked before the response starts."""
+    choice = config.tool_choice
+    if isinstance(choice, str):
+        if choice == "required" and not config.tools:
+            raise InvalidRequestError(
+                "tool_choice 'required' needs tools; set them with session.update or "
+                "response.create",
+                param=f"{prefix}.tool_choice",
+            )
+        return
+    if choice.name not in {tool.name for tool in config.tools}:
+        raise InvalidRequestError(
+            f"tool_choice names the function {choice.name[:64]!r}, which is not among the tools",
+            param=f"{prefix}.tool_choice",
+        )
+
+
 def session_object(session_id: str, config: GenerationConfig) -> dict[str, Any]:
     """The `session` of `session.created` and `session.updated` (a realtime session)."""
     return {

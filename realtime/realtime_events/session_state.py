@@ -43,7 +43,12 @@ from realtime.realtime_events.models import (
     SessionUpdateEvent,
 )
 from realtime.realtime_events.render import ResponseRenderer
-from realtime.realtime_events.session_config import GenerationConfig, check_model, session_object
+from realtime.realtime_events.session_config import (
+    GenerationConfig,
+    check_model,
+    check_tool_choice,
+    session_object,
+)
 
 
 @dataclass(slots=True)
@@ -199,6 +204,8 @@ class EventSession:
                     self._input_item(entry, f"response.input.{index}")
                     for index, entry in enumerate(settings.input)
                 ]
+        overrides = settings.model_fields_set if settings is not None else set()
+        check_tool_choice(config, "response" if {"tools", "tool_choice"} & overrides else "session")
         if len(self.active) >= self.limits.max_active_responses:
             raise TooManyResponsesError(
                 f"{len(self.active)} responses are running on this socket, its limit "

@@ -394,3 +394,24 @@ def test_assistant_text_then_call_is_one_chat_message(text: str) -> None:
     messages = start(s).request.messages
     assert [m.role for m in messages] == ["user", "assistant", "tool"]
     assert messages[1].content == text
+
+
+def test_a_tool_choice_the_tools_cannot_meet_is_refused_before_the_response() -> None:
+    s = session()
+    send(s, user("x"))
+    named = error_of(
+        send(
+            s,
+            {
+                "type": "response.create",
+                "response": {
+                    "tools": [{"type": "function", "name": "f"}],
+                    "tool_choice": {"type": "function", "name": "g"},
+                },
+            },
+        )
+    )
+    assert (named["param"], named["event_id"]) == ("response.tool_choice", None)
+    send(s, {"type": "session.update", "session": {"type": "realtime", "tool_choice": "required"}})
+    assert error_of(send(s, {"type": "response.create"}))["param"] == "session.tool_choice"
+    assert not s.active
