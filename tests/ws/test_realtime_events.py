@@ -326,3 +326,21 @@ async def test_out_of_band_response_beside_one_in_the_conversation(server_factor
     assert done["none"].output[0].content[0].text == "a title"
     assert missing.error.code == "item_not_found"  # out of band: not in the conversation
     assert [r.status for r in done.values()] == ["completed", "completed"]
+
+
+async def test_the_sdk_s_bearer_key_is_checked_at_the_handshake(server_factory):
+    server = server_factory(ServerConfig(api_keys=("sk-right",), log_level="warning"))
+    async with (
+        openai.AsyncOpenAI(
+            base_url=server.http_url + "/v1", api_key="sk-right", max_retries=0
+        ) as client,
+        client.realtime.connect(model="echo") as conn,
+    ):
+        assert (await conn.recv()).type == "session.created"
+    async with openai.AsyncOpenAI(
+        base_url=server.http_url + "/v1", api_key="sk-wrong", max_retries=0
+    ) as client:
+        with pytest.raises(Exception) as refused:  # the SDK raises websockets' InvalidStatus
+            async with client.realtime.connect(model="echo"):
+                pass
+    assert "401" in str(refused.value)
