@@ -65,6 +65,10 @@ class FakePipeline:
     def prepare(self, request: Any, *, stream: bool, session_id: str | None) -> _Prepared:
         return _Prepared(DeltaGenerator(model="echo", prompt_tokens=1))
 
+    async def constrain(self, prepared: _Prepared) -> None:
+        """No constraint to compile: a request without `response_format` or `tool_choice`."""
+        return None
+
     async def stream(self, prepared: _Prepared) -> AsyncGenerator[dict[str, Any], None]:
         """Copies of prebuilt chunks: the session adds `request_id` to each (a shallow copy
         is enough; nothing is held, so nothing folds)."""

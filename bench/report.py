@@ -54,7 +54,10 @@ def source() -> dict[str, Any]:
             return None
         return done.stdout.strip() if done.returncode == 0 else None
 
-    commit = git("rev-parse", "--short", "HEAD")
+    # A tree exported into another checkout (git archive) would report that one's commit.
+    top = git("rev-parse", "--show-toplevel")
+    inside = top is not None and Path(top).resolve() == ROOT.resolve()
+    commit = git("rev-parse", "--short", "HEAD") if inside else None
     changes = git("status", "--porcelain", "--", "realtime") if commit else None
     return {"commit": commit, "realtime_modified": bool(changes) if commit else None}
 

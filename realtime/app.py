@@ -13,8 +13,9 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from realtime.asgi.access import OPEN_PATHS, AccessGuard
-from realtime.auth import ApiKeys, OriginPolicy
-from realtime.config import ServerConfig
+from realtime.asgi.auth import ApiKeys, OriginPolicy
+from realtime.asgi.lifecycle import Lifecycle
+from realtime.config import ServerConfig, constraint_limits
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
 from realtime.engine.registry import create_engine
@@ -25,7 +26,6 @@ from realtime.http.metrics import metrics as metrics_route
 from realtime.http.models import get_model, health, list_models, ready
 from realtime.http.observe import HttpObserver
 from realtime.http.ui import ui_routes
-from realtime.lifecycle import Lifecycle
 from realtime.observability.metrics import Metrics
 from realtime.pipeline import ChatPipeline
 from realtime.pipeline.completions import CompletionPipeline
@@ -84,6 +84,7 @@ def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
         speculative_timeout=config.speculative_timeout_seconds,
         max_speculative=config.max_speculative,
         max_tokens_cap=config.max_tokens_cap,
+        constraint_limits=constraint_limits(config),
     )
     metrics = Metrics()
     hub = SessionHub(config.max_connections)

@@ -4,8 +4,10 @@
     python -m realtime.docgen --check   # exit 1 if any of them is out of date
 
 * docs/protocol.md: the socket and request state diagrams (Mermaid, from the
-  tables in `realtime.protocol.states`) and the limits table (flags and
-  defaults from `ServerConfig`), between `<!-- generated: NAME -->` markers;
+  tables in `realtime.protocol.states`) and the limits table (from the flag
+  table, `realtime.config.flags`, with the defaults of `ServerConfig`), between
+  `<!-- generated: NAME -->` markers;
+* docs/flags.md: every `realtime serve` flag, from the same flag table;
 * docs/openapi.json: the HTTP routes (from the app's route table) with the
   request and response schemas generated from the pydantic models;
 * docs/asyncapi.yaml: /v1/realtime, with one message per frame type generated
@@ -32,6 +34,8 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from realtime import __version__
 from realtime.config import ServerConfig
+from realtime.config.flags import FLAGS, GROUPS, Flag
+from realtime.config.values import Integer, Number
 from realtime.http.schemas import Health, ModelList, Readiness, ServedModel
 from realtime.protocol.completions import CompletionRequest, TextCompletion
 from realtime.protocol.frame_models import CLIENT_FRAMES, SERVER_FRAMES
@@ -45,83 +49,8 @@ REF = "#/components/schemas/{model}"
 
 # --- docs/protocol.md sections ----------------------------------------------------
 
-#: (flag, ServerConfig field, unit, what happens at the limit)
-LIMITS: list[tuple[str, str, str, str]] = [
-    ("--max-frame-bytes", "max_frame_bytes", "bytes",
-     "a larger message closes the socket with 1009"),
-    ("--queue-size", "request_queue_size", "requests",
-     "queued per socket; when full the server stops reading the socket (backpressure)"),
-    ("--read-ahead", "read_ahead_requests", "requests",
-     "read past a full queue, in order; control frames among them act at once;"
-     " when full too, the server stops reading the socket"),
-    ("--max-concurrent", "max_concurrent_per_socket", "requests",
-     "generating at once per socket; the rest wait in the queue"),
-    ("--max-in-flight", "max_in_flight_per_socket", "requests",
-     "read and not yet answered per socket; one more gets an `error` frame"
-     " `too_many_requests_in_flight`, the socket stays open"),
-    ("--outbound-queue", "outbound_queue_frames", "frames",
-     "frames held for a slow reader (text chunks of one request fold into one);"
-     " when full, generation pauses"),
-    ("--slow-consumer-timeout", "slow_consumer_seconds", "seconds",
-     "a frame waiting this long for the client to read closes the socket with 1008 (0 = never)"),
-    ("--max-connections", "max_connections", "sockets",
-     "open WebSockets; one more is refused at the handshake with HTTP 503"),
-    ("--idle-timeout", "idle_timeout_seconds", "seconds",
-     "no frame either way and no request in flight: close 1000 `idle timeout` (0 = never)"),
-    ("--ws-ping-interval", "ws_ping_interval", "seconds",
-     "between keepalive pings (0 = none)"),
-    ("--ws-ping-timeout", "ws_ping_timeout", "seconds",
-     "no pong in time: close 1011 `keepalive ping timeout` (0 = wait forever)"),
-    ("--max-session", "max_session_seconds", "seconds",
-     "socket lifetime: then a `session.expiring` frame (0 = unlimited)"),
-    ("--session-expiry-grace", "session_expiry_grace_seconds", "seconds",
-     "from `session.expiring` to close 1000 `session expired`"),
-    ("--max-json-depth", "max_json_depth", "levels",
-     "nested arrays and objects in a request body or frame, the body being level 1 (at most"
-     " 256); deeper is 400 / `error` frame `json_too_deep` naming the field, the socket stays"
-     " open"),
-    ("--max-json-values", "max_json_values", "values",
-     "array items and object members in a request body or frame, the body counting one;"
-     " more is 400 / `error` frame `too_many_json_values` naming the top-level field holding"
-     " most, the socket stays open"),
-    ("--max-stop-strings", "max_stop_strings", "strings",
-     "stop strings per request; more is 400 / `error` frame, `param` `stop`"),
-    ("--max-stop-chars", "max_stop_chars", "characters",
-     "per stop string; longer is 400 / `error` frame, `param` `stop`"),
-    ("--realtime-max-items", "realtime_max_items", "items",
-     "in one Realtime event session's conversation; one more is an `error` event"
-     " `conversation_full`, the socket stays open"),
-    ("--realtime-max-conversation-chars", "realtime_max_conversation_chars", "characters",
-     "of text (messages, call arguments, call outputs) in one Realtime event session's"
-     " conversation; more is an `error` event `conversation_full`"),
-    ("--realtime-max-tools", "realtime_max_tools", "tools",
-     "function tools in a Realtime `session.update` or `response.create`; more is an"
-     " `error` event naming `tools`"),
-    ("--max-tokens-cap", "max_tokens_cap", "tokens",
-     "largest `max_tokens`; above it 400 / `error` frame `max_tokens_exceeded`;"
-     " without `max_tokens` the answer stops there (`length`). Default: the model's context"),
-    ("--max-header-bytes", "max_header_bytes", "bytes",
-     "HTTP request line and headers (WebSocket handshakes too); more is 431"
-     " `request_headers_too_large`, then the connection closes"),
-    ("--max-headers", "max_header_count", "lines",
-     "header lines per HTTP request; more is 431 `request_headers_too_large`"),
-    ("--header-timeout", "header_timeout_seconds", "seconds",
-     "from a request's first byte (or the connection) to the end of its headers; then 408"
-     " `request_timeout` and close (0 = no limit)"),
-    ("--max-body-bytes", "max_body_bytes", "bytes",
-     "HTTP request body; a larger `Content-Length` is 413 `request_too_large` before the"
-     " body is read, a chunked body as soon as it passes the limit"),
-    ("--body-timeout", "body_timeout_seconds", "seconds",
-     "a request body that stalls this long while the server waits for it: 408"
-     " `request_timeout` (0 = no limit)"),
-    ("--sse-keepalive", "sse_keepalive_seconds", "seconds",
-     "of SSE silence before a `: keep-alive` comment"),
-    ("--shutdown-grace", "shutdown_grace_seconds", "seconds",
-     "on SIGTERM/SIGINT, how long in-flight requests may finish before they are cancelled"),
-]  # fmt: skip
 
-
-def _default(field: str) -> str:
+def config_default(field: str) -> str:
     value = getattr(ServerConfig(), field)
     if value is None:
         return "none"
@@ -132,35 +61,115 @@ def _default(field: str) -> str:
 
 def limits_table() -> str:
     rows = ["| Flag | Default | Unit | At the limit |", "| --- | --- | --- | --- |"]
-    for flag, field, unit, effect in LIMITS:
-        rows.append(f"| `{flag}` | {_default(field)} | {unit} | {effect} |")
+    for flag in FLAGS:
+        if flag.limit is not None and flag.field is not None:
+            rows.append(
+                f"| `{flag.option}` | {config_default(flag.field)} | {flag.limit.unit}"
+                f" | {flag.limit.at_limit} |"
+            )
     return "\n".join(rows)
 
 
-SECTIONS: dict[str, Callable[[], str]] = {
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _flag_value(flag: Flag) -> str:
+    """What the flag takes: its choices, its range, or the kind of text."""
+    if flag.kind in ("switch", "off"):
+        return "none (a switch)"
+    if flag.choices is not None:
+        taken = ", ".join(f"`{choice}`" for choice in flag.choices)
+    elif isinstance(flag.value, (Integer, Number)):
+        taken = flag.value.describe()
+    elif flag.value in (int, float):
+        taken = "number"
+    else:
+        taken = f"`{_cell(flag.metavar or flag.dest.upper())}`"
+    return taken + (", repeatable" if flag.kind == "repeat" else "")
+
+
+def _flag_default(flag: Flag) -> str:
+    if flag.engine is not None:
+        return "the engine's"
+    if flag.kind in ("switch", "off"):
+        return "off"
+    if flag.field is None or flag.kind == "repeat":
+        return "none"
+    return config_default(flag.field)
+
+
+def _flag_target(flag: Flag) -> str:
+    """Where the flag lands in `ServerConfig`."""
+    if flag.engine is not None:
+        return f'`engine_options["{flag.engine.keyword}"]`'
+    if flag.adds_to is not None:
+        return f"adds to `{flag.adds_to}`"
+    target = f"`{flag.field}`"
+    if flag.kind == "off":
+        return f"{target} (False when given)"
+    if flag.none_as is not None:
+        return f"{target} ({flag.none_as} is None)"
+    return target
+
+
+def _flag_help(flag: Flag) -> str:
+    """The `--help` text, with the default filled in as argparse fills it."""
+    return _cell((flag.help or "").replace("%(default)s", str(flag.default())))
+
+
+def flags_reference() -> str:
+    """One table per `--help` group: every flag, what it takes, its default, its field."""
+    parts = []
+    for group in GROUPS:
+        parts += [
+            f"### {group}",
+            "",
+            "| Flag | Takes | Default | `ServerConfig` | What it does |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for flag in FLAGS:
+            if flag.group == group:
+                parts.append(
+                    f"| `{flag.option}` | {_flag_value(flag)} | {_flag_default(flag)}"
+                    f" | {_flag_target(flag)} | {_flag_help(flag)} |"
+                )
+        parts.append("")
+    return "\n".join(parts[:-1])
+
+
+PROTOCOL_SECTIONS: dict[str, Callable[[], str]] = {
     "socket-states": lambda: f"```mermaid\n{SOCKET.mermaid()}\n```",
     "request-states": lambda: f"```mermaid\n{REQUEST.mermaid()}\n```",
     "setup-states": lambda: f"```mermaid\n{SETUP.mermaid()}\n```",
     "limits": limits_table,
 }
 
+FLAGS_SECTIONS: dict[str, Callable[[], str]] = {"flags": flags_reference}
+
 _SECTION = re.compile(
     r"(<!-- generated: (?P<name>[a-z-]+) [^\n]*-->\n)(?P<body>.*?)(<!-- end generated -->)", re.S
 )
 
 
-def render_protocol_md(text: str) -> str:
+def render_sections(text: str, sections: dict[str, Callable[[], str]], document: str) -> str:
+    """`text` with each `<!-- generated: NAME -->` section of `sections` rewritten."""
+
     def replace(match: re.Match[str]) -> str:
         name = match["name"]
-        if name not in SECTIONS:
-            raise KeyError(f"docs/protocol.md: unknown generated section {name!r}")
-        return match.group(1) + SECTIONS[name]() + "\n" + match.group(4)
+        if name not in sections:
+            raise KeyError(f"{document}: unknown generated section {name!r}")
+        return match.group(1) + sections[name]() + "\n" + match.group(4)
 
     rendered = _SECTION.sub(replace, text)
-    missing = set(SECTIONS) - {m["name"] for m in _SECTION.finditer(text)}
+    missing = set(sections) - {m["name"] for m in _SECTION.finditer(text)}
     if missing:
-        raise KeyError(f"docs/protocol.md lacks generated sections: {sorted(missing)}")
+        raise KeyError(f"{document} lacks generated sections: {sorted(missing)}")
     return rendered
+
+
+def render_protocol_md(text: str) -> str:
+    return render_sections(text, PROTOCOL_SECTIONS, "docs/protocol.md")
 
 
 # --- schemas -----------------------------------------------------------------------
@@ -507,8 +516,10 @@ def generated_files(docs: Path = DOCS) -> dict[Path, str]:
 
     table = app_routes()
     protocol = docs / "protocol.md"
+    flags = docs / "flags.md"
     return {
         protocol: render_protocol_md(protocol.read_text(encoding="utf-8")),
+        flags: render_sections(flags.read_text(encoding="utf-8"), FLAGS_SECTIONS, "docs/flags.md"),
         docs / "openapi.json": json.dumps(openapi(table), indent=2, ensure_ascii=False) + "\n",
         docs / "asyncapi.yaml": dump_yaml(asyncapi(table)),
     }

@@ -31,8 +31,9 @@ from realtime.engine.base import Engine
 from realtime.engine.echo import EchoEngine
 from realtime.server import RealtimeServer, ServerThread, loopback_socket, uvicorn_config
 
-#: The tiny random-weight model (`tiny_model_dir`, `tiny_model_factory`) for every test.
-pytest_plugins = ["tests.model_fixtures"]
+#: The tiny random-weight model (`tiny_model_dir`, `tiny_model_factory`) for every test,
+#: and tokenizers bound to the grammar engine (`binding`, `compiler`, `marker_*`).
+pytest_plugins = ["tests.model_fixtures", "tests.grammar_fixtures"]
 
 
 @dataclass

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from realtime.tiny_model import cached_tiny_model
+from realtime.testing.tiny_model import cached_tiny_model
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

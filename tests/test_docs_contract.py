@@ -27,6 +27,7 @@ from realtime import docgen
 from realtime.app import build_app
 from realtime.cli import _parser, config_from_args
 from realtime.config import ServerConfig
+from realtime.config.flags import FLAGS
 from realtime.protocol import errors
 from realtime.protocol.close_codes import CloseCode
 from realtime.protocol.request import ChatCompletionRequest
@@ -61,11 +62,12 @@ def test_limits_table_flags_exist_with_the_documented_defaults():
     args = _parser().parse_args(["serve"])
     from_cli = config_from_args(args)
     defaults = ServerConfig()
-    for flag, field, _, _ in docgen.LIMITS:
-        assert f"`{flag}`" in PROTOCOL
-        dest = flag.lstrip("-").replace("-", "_")
-        assert hasattr(args, dest), flag
-        assert getattr(from_cli, field) == getattr(defaults, field), flag
+    limits = [flag for flag in FLAGS if flag.limit is not None]
+    assert len(limits) >= 20
+    for flag in limits:
+        assert f"| `{flag.option}` | {docgen.config_default(flag.field)} |" in PROTOCOL
+        assert hasattr(args, flag.dest), flag
+        assert getattr(from_cli, flag.field) == getattr(defaults, flag.field), flag
 
 
 # --- OpenAPI -----------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The package's layers, read from every module's imports (ast), so they cannot drift.
 
-    protocol <- model <- chat / engine <- pipeline <- session <- transports (http, ws) <- app
+    protocol <- model <- constrain <- chat / engine <- testing <- pipeline <- session
+        <- transports (http, ws) <- app
 
 A module may import its own package and any layer below its own, never one above
 and never a neighbour on the same layer (so `chat/` and `engine/` do not import
@@ -21,26 +22,33 @@ PACKAGE = Path(__file__).resolve().parent.parent / "realtime"
 
 #: Bottom first. Units on one layer do not import each other.
 LAYERS: list[set[str]] = [
-    # wire models and rules; the version; helpers that import nothing of ours
-    {"realtime", "protocol", "install", "lifecycle", "gc_tuning", "testing"},
-    # logs and metrics, API keys, the client library, the tiny test model's writer
-    {"observability", "auth", "client", "tiny_model"},
+    # wire models and rules; the version
+    {"realtime", "protocol"},
+    # logs and metrics, the client library
+    {"observability", "client"},
     # what every layer knows about the model: ModelInfo, tokenizer, template, outputs
     {"model"},
-    # text and token logic; token-level engines
-    {"chat", "engine"},
-    # grammars for constrained decoding (built from chat's tool-parser markup)
+    # the grammar engine (llguidance): schemas as grammars, token masks, per-sequence
+    # matchers. Below chat and engine: engines enforce constraints while they sample,
+    # and chat's tool parsers write their markup as grammars (chat/tools/grammar.py)
     {"constrain"},
+    # text and token logic; token-level engines (with the install hints they give)
+    {"chat", "engine"},
+    # the test doubles: the fake exllamav2 and the tiny test model's writer (above
+    # engine: it gives the cpu engine's install hint)
+    {"testing"},
     # requests in, chunks out: drives an engine through the chat logic
     {"pipeline"},
     # the socket session core (no I/O) and its dialects: frames <-> commands, actions
     {"session"},
     # the Realtime event dialect: its session, conversation and events (no I/O)
     {"realtime_events"},
-    # server settings
-    {"config"},
-    # what both transports share: the access guard, the error response
+    # what both transports share: the access guard with its API-key and Origin rules,
+    # the shutdown phases, the error response. Below config, whose --api-key flag
+    # checks a key with the guard's own rule.
     {"asgi"},
+    # server settings and the flags that set them
+    {"config"},
     # the transports
     {"http", "ws"},
     # the ASGI application
@@ -57,7 +65,6 @@ FORBIDDEN = {
     # engines speak in their own errors (engine/errors.py); the pipeline maps them
     ("engine", "protocol"),
     # logs and metrics stay below access control and the transports
-    ("observability", "auth"),
     ("observability", "asgi"),
     ("observability", "http"),
     ("observability", "ws"),
@@ -147,7 +154,7 @@ def test_the_modules_are_really_read() -> None:
         ("realtime.engine.cpu", "from realtime.protocol.errors import X", "forbidden"),
         ("realtime.model.info", "from realtime.pipeline import ChatPipeline", "a layer above"),
         ("realtime.ws.endpoint", "from realtime.http.guard import deny", "same layer"),
-        ("realtime.observability.logs", "from realtime.auth import f", "forbidden"),
+        ("realtime.observability.logs", "from realtime.asgi.auth import f", "forbidden"),
         (
             "realtime.engine.cpu",
             "def load():\n    from realtime.chat.model_dir import load\n",

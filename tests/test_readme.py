@@ -35,7 +35,7 @@ def test_documentation_links_resolve():
 
 def test_every_cpu_install_step_passes_the_constraints_file():
     """`pip install '.[cpu]'` alone resolves the newest torch: CUDA, with GBs of nvidia-*."""
-    from realtime.install import CPU_INSTALL_HINT
+    from realtime.engine.install import CPU_INSTALL_HINT
 
     docs = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     docs += sorted((ROOT / "clients").rglob("*.md"))

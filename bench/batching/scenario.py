@@ -1,6 +1,6 @@
 """Concurrent requests on the CPU engine, side by side with vLLM's CPU server (issue 18).
 
-Both servers serve the same tiny model (`realtime.tiny_model`, hidden size 128: vLLM
+Both servers serve the same tiny model (`realtime.testing.tiny_model`, hidden size 128: vLLM
 needs a head size of 32 or more) in float32 and answer the same closed-loop load at
 each concurrency: greedy, `max_tokens` tokens per request, `ignore_eos`. Both run
 during the whole scenario, but only one is loaded at a time; per repeat and per
@@ -77,7 +77,7 @@ class _Server(Protocol):
 
 
 def _model_dir(ctx: RunContext, p: Params) -> Path:
-    from realtime.tiny_model import ModelSize, cached_tiny_model
+    from realtime.testing.tiny_model import ModelSize, cached_tiny_model
 
     return cached_tiny_model(ctx.scratch / "models", size=ModelSize(hidden_size=p.hidden_size))
 
@@ -230,10 +230,10 @@ def _judge(result: ScenarioResult, p: Params, with_vllm: bool) -> None:
             )
         )
     result.notes.append(
-        f"Model from `realtime.tiny_model` (Llama, random weights, hidden size {p.hidden_size}, "
-        f"2 layers), float32. Our server runs with `--threads {p.threads}`; vLLM with its "
-        "defaults for CPU (it binds its engine to one core and keeps the other for its API "
-        "server). Each run: every worker sends "
+        "Model from `realtime.testing.tiny_model` (Llama, random weights, hidden size"
+        f" {p.hidden_size}, 2 layers), float32. Our server runs with"
+        f" `--threads {p.threads}`; vLLM with its defaults for CPU (it binds its engine to"
+        " one core and keeps the other for its API server). Each run: every worker sends "
         f"{p.rounds} request(s) back to back, {p.tokens} tokens each; tokens/s is all "
         "completion tokens over the time from the first request to the last answer. "
         f"Each run starts {SETTLE_SECONDS:g} s after the previous one ended, so the server "

@@ -17,7 +17,7 @@ working. It writes `gpu-proof.json` and `gpu-proof.md` (a table) into `--out`:
   with the same engine (the moments are inside the server);
 * aggregate tokens/s of 1, 8 and 32 concurrent streams, server and bare.
 
-Without `--model` it builds a small random-weight Llama (`realtime.tiny_model`,
+Without `--model` it builds a small random-weight Llama (`realtime.testing.tiny_model`,
 512 wide, 8 layers, head dim 128, FP16 safetensors, which exllamav2 0.3.2 loads as
 it is: `ExLlamaV2Linear` takes a plain `.weight` as an FP16 layer, so no EXL2
 conversion is needed). `--dry-run` runs the same driver on a CPU machine against

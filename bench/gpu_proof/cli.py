@@ -44,12 +44,13 @@ class Sizes:
     cancel_samples: int
     cancel_answer: int
     cache_size: int
+    structured_samples: int
 
 
 #: On a GPU: long enough to time decoding well, short enough for the budget.
-GPU = Sizes(512, 128, (1, 8, 32), 1000, 5, 3000, 32768)
+GPU = Sizes(512, 128, (1, 8, 32), 1000, 5, 3000, 32768, 6)
 #: The fake decodes in Python (about a token per half millisecond): small sizes.
-DRY = Sizes(24, 8, (1, 8, 32), 400, 2, 2000, 32768)
+DRY = Sizes(24, 8, (1, 8, 32), 400, 2, 2000, 32768, 2)
 #: Built models go here, not under --out: a device call brings --out back, not weights.
 MODELS = Path(tempfile.gettempdir()) / "realtime-gpu-proof-models"
 #: The model built without --model (FP16 safetensors; head dim 512 / 4 heads = 128).
@@ -130,7 +131,7 @@ def _environment(run: Run) -> None:
 
 
 def _model(run: Run) -> None:
-    from realtime.tiny_model import ModelSize, cached_tiny_model
+    from realtime.testing.tiny_model import ModelSize, cached_tiny_model
 
     if run.args.model is not None:
         path = run.args.model.resolve()
@@ -142,7 +143,7 @@ def _model(run: Run) -> None:
         path = cached_tiny_model(MODELS, size=ModelSize(**GPU_MODEL))
         description = (
             "random-weight Llama, 512 wide, 8 layers, 4 heads of 128, 4096 context, "
-            "FP16 safetensors (realtime.tiny_model)"
+            "FP16 safetensors (realtime.testing.tiny_model)"
         )
     run.doc["model"] = {"path": str(path), "description": description}
 
@@ -164,6 +165,15 @@ def _import(run: Run) -> None:
     run.doc["machine"]["flash_attn_paged"] = bool(attn.has_flash_attn_with_paged)
 
 
+def _sdpa_probe(run: Run) -> None:
+    """On a GPU without flash-attn: which attention backend pays per new sequence length."""
+    if run.args.dry_run or run.doc["machine"].get("flash_attn_paged"):
+        return
+    from bench.gpu_proof.sdpa_probe import probe
+
+    run.doc["sdpa_probe"] = probe()
+
+
 def _prompt_ids(run: Run) -> list[int]:
     from realtime.model.model_dir import load_model_dir
 
@@ -179,14 +189,26 @@ def _bare(run: Run) -> None:
     try:
         run.doc["machine"]["paged"] = bare.paged
         prompt = _prompt_ids(run)
-        bare.warm_up(prompt)
+        first = bare.warm_up(prompt, sizes.decode_tokens)
         decode = bare.decode(prompt, sizes.decode_tokens)
-        run.doc["decode"] = {"bare_generator": dataclasses.asdict(decode), "server": {}}
+        run.doc["decode"] = {
+            "bare_generator": dataclasses.asdict(decode),
+            "bare_generator_first_pass": dataclasses.asdict(first),
+            "server": {},
+        }
         rows = []
         for streams in sizes.levels:
             agg = bare.aggregate(prompt, streams, sizes.aggregate_tokens)
             rows.append({"streams": streams, "bare_tokens_per_s": agg.tokens_per_s})
         run.doc["concurrency"] = rows
+        if not run.args.dry_run and not bare.paged:
+            # The server turns torch's cuDNN attention off without flash-attn (see
+            # realtime/engine/exllamav2.py): the bare loop once more the same way.
+            import torch
+
+            torch.backends.cuda.enable_cudnn_sdp(False)
+            same = bare.decode(prompt, sizes.decode_tokens)
+            run.doc["decode"]["bare_generator_cudnn_off"] = dataclasses.asdict(same)
     finally:
         bare.close()
 
@@ -221,8 +243,9 @@ async def _drive(run: Run, base: str) -> None:
     sizes = run.sizes
     client = served.ServedClient(base, MODEL_NAME)
     try:
-        decode = await served.decode_rates(client, sizes.decode_tokens)
-        run.doc.setdefault("decode", {"bare_generator": None, "server": {}})["server"] = decode
+        first, decode = await served.decode_rates(client, sizes.decode_tokens)
+        doc = run.doc.setdefault("decode", {"bare_generator": None, "server": {}})
+        doc["server"], doc["server_first_pass"] = decode, first
         plain = await served.turns(client, sizes.system_words)
         warmed = await served.turns(client, sizes.system_words, speculative=True)
         run.doc["ttft"] = {
@@ -234,6 +257,7 @@ async def _drive(run: Run, base: str) -> None:
             "second_turn_after_warm_up": warmed.cached_tokens_warm,
         }
         run.doc["salt_isolation"] = await served.salt_isolation(client, sizes.system_words)
+        run.doc["structured"] = await served.structured(client, sizes.structured_samples)
         rows = {row["streams"]: row for row in run.doc.get("concurrency") or []}
         for streams in sizes.levels:
             agg = await served.aggregate(client, streams, sizes.aggregate_tokens)
@@ -281,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         ("environment", lambda: _environment(run)),
         ("model", lambda: _model(run)),
         ("import", lambda: _import(run)),
+        ("sdpa_probe", lambda: _sdpa_probe(run)),
         ("bare", lambda: _bare(run)),
         ("server", lambda: _server(run)),
         ("cancel", lambda: _cancel(run)),
@@ -296,5 +321,15 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write(md_path.read_text())
     run.log(f"wrote {json_path} and {md_path}")
     salt = run.doc.get("salt_isolation") or {}
-    complete = not run.doc["errors"] and not run.doc["skipped"] and salt.get("isolated") is True
+    shaped = run.doc.get("structured") or {}
+    samples = shaped.get("samples")
+    all_valid = samples is not None and (
+        shaped.get("json_schema_valid") == samples == shaped.get("tool_required_valid")
+    )
+    complete = (
+        not run.doc["errors"]
+        and not run.doc["skipped"]
+        and salt.get("isolated") is True
+        and all_valid
+    )
     return 0 if complete else 1

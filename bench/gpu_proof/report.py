@@ -56,6 +56,21 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| decode tokens/s, one stream, {transport} | {_num(rate)} | {_num(bare)} "
             f"| {_ratio(rate, bare)} |"
         )
+    first_bare = (decode.get("bare_generator_first_pass") or {}).get("tokens_per_s")
+    first_server = (decode.get("server_first_pass") or {}).get("tokens_per_s")
+    if first_bare is not None or first_server is not None:
+        lines.append(
+            f"| decode tokens/s, one stream, first pass in a fresh process (sse) "
+            f"| {_num(first_server)} | {_num(first_bare)} | {_ratio(first_server, first_bare)} |"
+        )
+    same = (decode.get("bare_generator_cudnn_off") or {}).get("tokens_per_s")
+    if same is not None:
+        for transport, row in (decode.get("server") or {}).items():
+            rate = row.get("tokens_per_s")
+            lines.append(
+                f"| decode tokens/s, one stream, {transport}, vs bare with cuDNN attention off "
+                f"(as served) | {_num(rate)} | {_num(same)} | {_ratio(rate, same)} |"
+            )
     for row in doc.get("concurrency") or []:
         server, baseline = row.get("server_tokens_per_s"), row.get("bare_tokens_per_s")
         lines.append(
@@ -83,6 +98,14 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| cached_tokens, same prompt, other cache_salt | "
             f"{_num(salt['other_salt_cached_tokens'])} |",
         ]
+    shaped = doc.get("structured")
+    if shaped:
+        lines += [
+            f"| json_schema answers (temperature 1, one seed each) that validate "
+            f"| {shaped['json_schema_valid']} of {shaped['samples']} |",
+            f'| tool_choice "required" answers whose call validates '
+            f"| {shaped['tool_required_valid']} of {shaped['samples']} |",
+        ]
     cancel = doc.get("cancel")
     if cancel:
         lines += [
@@ -91,6 +114,13 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| cancel: read to engine stop, median "
             f"| {_num(cancel['read_to_stop_ms_median'], 2)} ms |",
         ]
+    probe = doc.get("sdpa_probe") or {}
+    for backend, row in probe.items():
+        if isinstance(row, dict) and "first_pass_ms" in row:
+            lines.append(
+                f"| torch SDPA decode step ({backend}), ms: new lengths / seen lengths "
+                f"| {_num(row['first_pass_ms'], 3)} / {_num(row['second_pass_ms'], 3)} |"
+            )
     for name, error in (doc.get("errors") or {}).items():
         lines.append(f"| {name}: FAILED | {error.splitlines()[-1][:120] if error else ''} |")
     for name in doc.get("skipped") or []:
@@ -101,6 +131,10 @@ def markdown(doc: dict[str, Any]) -> str:
 def write(out: Path, doc: dict[str, Any]) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / JSON_NAME, out / MD_NAME
-    json_path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    text = json.dumps(doc, indent=2, default=str) + "\n"
+    model_path = (doc.get("model") or {}).get("path")
+    if model_path:  # a report names the model, never a path of the machine it ran on
+        text = text.replace(model_path, f"MODELS/{Path(model_path).name}")
+    json_path.write_text(text)
     md_path.write_text(markdown(doc))
     return json_path, md_path

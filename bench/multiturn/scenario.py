@@ -31,7 +31,7 @@ from bench.multiturn.conversation import Conversation, build
 from bench.multiturn.server import MultiturnServer
 from bench.results import Chart, Goal, ScenarioResult, Series
 from realtime.engine.cpu import CpuEngine
-from realtime.tiny_model import ModelSize, cached_tiny_model
+from realtime.testing.tiny_model import ModelSize, cached_tiny_model
 
 NAME = "multiturn"
 TITLE = "Multi-turn agent conversation: time to first token per turn"
@@ -128,7 +128,7 @@ def _method_notes(params: Params) -> list[str]:
         "reasoning model whose template drops earlier `<think>` blocks. Speculative "
         "prefill renders the answer as the next turn will, so it covers everything "
         "before the new user message. When the template reproduces the generated ids, "
-        "plain reuse covers the answer too (tests/test_speculative.py proves it).",
+        "plain reuse covers the answer too (tests/pipeline/test_speculative.py proves it).",
     ]
 
 

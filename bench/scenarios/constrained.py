@@ -1,46 +1,69 @@
-"""Constrained decoding: what the grammar mask costs per token, and what a grammar costs to compile.
+"""Constrained decoding: what the grammar mask costs per token, through the server and alone.
 
-* `unconstrained` - the bench model in this process, a bare `transformers` loop over a
-  `DynamicCache`, sampling at temperature 1 (softmax, one draw per token).
-* `json_schema` - the same loop with `realtime.constrain`'s mask applied to the logits
-  before sampling: a `response_format` schema with an enum, a boolean, a bounded
-  integer and a bounded string.
-* `tool_call` - the same with `tool_choice: "required"` over five realistic tools in
-  hermes markup (`<tool_call>{...}</tool_call>`), each call's arguments constrained.
+Through the server (the goal's measure): `python -m realtime serve --engine cpu` as its
+own process, one /v1/realtime socket, sampled requests (temperature 1, a new seed each):
 
-The mask path is exactly what the cpu engine will run (`allowed()`, `apply_allowed`,
-`advance`); the server path comes when the engines are wired. A constrained answer
-that ends (EOS) starts a new one on the same cache, so every variant decodes the
-same number of tokens. The three alternate, the order rotating per repeat.
+* `server unconstrained` - `ignore_eos`, `max_tokens: N`;
+* `server json_schema` - `response_format` with a schema (an enum, a boolean, a
+  bounded integer and a bounded string);
+* `server tool_call` - `tool_choice: "required"` over five coding-agent tools, in
+  hermes markup, each call's arguments constrained.
 
-Also measured: the one-off compile time of the tool grammar and of the schema
-(a cache miss in the `ConstraintCompiler`), and building the tokenizer binding
-(once per engine, at load time).
+Decode speed is timed on the client from the first token's frame to the last (the
+prefill, and the compile of a new grammar, are left out), tokens counted from each
+chunk's continuous usage; a constrained answer ends when its grammar is complete, so
+requests follow each other until N decode tokens are in. The same socket also
+measures the time to the first token of an unconstrained request, of a constrained
+one whose grammar the server has compiled before, and of one with a grammar it has
+never seen (a new description in its schemas), each right after an unconstrained
+request with the same prompt, so that the prompt is in the prefix cache: the last two
+differ by the compile and the new grammar's first lexer states.
+
+Alone (why the server's figure is what it is): the bench model in this process, a bare
+`transformers` loop over a `DynamicCache`, sampling with and without the mask path
+the cpu engine runs (`allowed()`, `apply_allowed`, `advance`); a constrained answer
+that ends starts a new one on the same cache. Also measured: each grammar's compile
+time on an empty cache, and building the tokenizer binding (once per engine, at load).
+
+All variants alternate, the order rotating per repeat.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+from websockets.asyncio.client import connect
+
 from bench.context import RunContext, rotated
 from bench.machine_load import BACKGROUND, other_cores, snapshot
+from bench.payloads import WS_PATH
+from bench.procs import running, start_server
 from bench.results import Chart, Goal, ScenarioResult, Series, paired_ratios
 
 NAME = "constrained"
 TITLE = "Constrained decoding (grammar mask cost)"
 SUMMARY = (
-    "Tokens/s of sampled decoding with and without the grammar mask on the same model "
-    "(bare `transformers` loop, the mask path the cpu engine runs), the mask's CPU time "
-    "per token, and the one-off compile time of a realistic tool schema."
+    "Tokens/s of sampled decoding with and without a grammar constraint on the same model: "
+    "through the server (the cpu engine, one /v1/realtime socket) and in a bare "
+    "`transformers` loop with the same mask path; the time to first token with a new and "
+    "a known grammar, and the one-off compile time of a realistic tool schema."
 )
 
 UNCONSTRAINED, SCHEMA, TOOLS = "unconstrained", "json_schema", "tool_call"
 VARIANTS = (UNCONSTRAINED, SCHEMA, TOOLS)
 CONSTRAINED = (SCHEMA, TOOLS)
+SERVER = "server "
+LOOP = "loop "
+MODEL_NAME = "bench-model"
+#: The seed of the time-to-first-token requests.
+FIRST_TOKEN_SEED = 7
 PROMPT = "Answer with a JSON object or a tool call."
 SIZES = {"tiny": {}, "small": {"hidden_size": 512, "num_layers": 4, "intermediate_size": 2048}}
 GOAL = 0.8
@@ -215,14 +238,15 @@ class Loop:
 
 
 def _model_dir(ctx: RunContext, params: Params) -> Path:
-    from realtime.tiny_model import ModelSize, cached_tiny_model
+    from realtime.testing.tiny_model import ModelSize, cached_tiny_model
 
     return cached_tiny_model(ctx.scratch / "models", size=ModelSize(**SIZES[params.model]))
 
 
 def _specs(loop: Loop) -> dict[str, Any]:
     from realtime.chat.tools import ToolSpec
-    from realtime.constrain import json_schema_grammar, tool_call_grammar
+    from realtime.chat.tools.grammar import tool_call_grammar
+    from realtime.constrain import json_schema_grammar
 
     tools = [ToolSpec(name, schema) for name, schema in AGENT_TOOLS]
     return {
@@ -233,41 +257,170 @@ def _specs(loop: Loop) -> dict[str, Any]:
     }
 
 
+class ServerSocket:
+    """One /v1/realtime socket to the server, one sampled request at a time."""
+
+    def __init__(self, port: int, tokens: int) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.ws = self.loop.run_until_complete(
+            connect(f"ws://127.0.0.1:{port}{WS_PATH}", compression=None, max_size=None)
+        )
+        self.tokens = tokens
+        self.count = itertools.count()
+        #: a new description per request that must compile a new grammar
+        self.fresh = itertools.count()
+
+    def body(self, variant: str, *, seed: int | None = None, fresh: bool = False) -> dict[str, Any]:
+        """A request; `fresh` changes a description in its schemas: a grammar the server
+        has never compiled, which allows the same answers."""
+        n = next(self.count)
+        body: dict[str, Any] = {
+            "request_id": f"c{n}",
+            "model": MODEL_NAME,
+            "messages": [{"role": "user", "content": PROMPT}],
+            "temperature": 1.0,
+            "seed": n if seed is None else seed,
+            "max_tokens": self.tokens,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+        # Tools are rendered into the prompt, so a new description changes the prompt
+        # too: `first_token` puts it in the prefix cache before it measures.
+        described = {"description": f"version {next(self.fresh)}"} if fresh else {}
+        if variant == UNCONSTRAINED:
+            body["ignore_eos"] = True
+        elif variant == SCHEMA:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "ticket", "schema": {**TICKET, **described}},
+            }
+        else:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": name, "parameters": {**params, **described}},
+                }
+                for name, params in AGENT_TOOLS
+            ]
+            body["tool_choice"] = "required"
+        return body
+
+    def request(self, body: dict[str, Any]) -> tuple[float, int, float, int]:
+        """(seconds to the first token's frame, tokens then, seconds to the last, tokens)."""
+        return self.loop.run_until_complete(self._request(body))
+
+    async def _request(self, body: dict[str, Any]) -> tuple[float, int, float, int]:
+        sent = time.perf_counter()
+        await self.ws.send(orjson.dumps(body).decode())
+        first = last = 0.0
+        first_count = last_count = 0
+        while True:
+            frame = orjson.loads(await self.ws.recv())
+            now = time.perf_counter()
+            if frame.get("object") == "chat.completion.chunk":
+                usage = frame.get("usage")
+                if frame.get("choices") and usage and usage["completion_tokens"] > last_count:
+                    if not first:
+                        first, first_count = now, usage["completion_tokens"]
+                    last, last_count = now, usage["completion_tokens"]
+            elif frame.get("type") in ("response.done", "error"):
+                break
+        if frame.get("type") != "response.done" or frame.get("status") != "completed":
+            raise RuntimeError(f"a {body.get('response_format') or 'tool'} request failed: {frame}")
+        return first - sent, first_count, last - sent, last_count
+
+    def decode(self, variant: str) -> tuple[float, int]:
+        """(decode tokens/s, answers) over requests until `tokens` decode tokens are in."""
+        seconds, tokens, answers = 0.0, 0, 0
+        while tokens < self.tokens - 1 and answers < 200:
+            first, first_count, last, last_count = self.request(self.body(variant))
+            seconds += last - first
+            tokens += last_count - first_count
+            answers += 1
+        return tokens / seconds, answers
+
+    def first_token(self, variant: str, *, fresh: bool) -> float:
+        """Seconds to the first token's frame of a request whose prompt is already in the
+        server's prefix cache: an unconstrained request with the same prompt (tools
+        included, which the chat template renders) goes first, so a known and a new
+        grammar differ only by the compile and the new grammar's first lexer states.
+        The seed is fixed: both give the same tokens."""
+        body = self.body(variant, seed=FIRST_TOKEN_SEED, fresh=fresh)
+        warm = {k: v for k, v in body.items() if k not in ("response_format", "tool_choice")}
+        self.request({**warm, "request_id": f"{body['request_id']}-warm", "max_tokens": 1})
+        return self.request(body)[0]
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.ws.close())
+        self.loop.close()
+
+
 def run(ctx: RunContext) -> ScenarioResult:
     from realtime.constrain.matcher import ConstraintCompiler
 
     p = Params.for_mode(ctx.quick)
     result = ScenarioResult(NAME, TITLE, SUMMARY, {**asdict(p), **SIZES[p.model]})
-    loop = Loop(_model_dir(ctx, p), p.threads)
+    model_dir = _model_dir(ctx, p)
+    loop = Loop(model_dir, p.threads)
     specs = _specs(loop)
     compiler = ConstraintCompiler(loop.binding)
     starts: dict[str, Callable[[], Any] | None] = {UNCONSTRAINED: None}
     for variant, spec in specs.items():
         compiler.check(spec)
         starts[variant] = lambda spec=spec: compiler.start(spec)
-    for _ in range(p.warmup):
-        for variant in VARIANTS:
-            loop.decode(p.tokens, 0, starts[variant])
-    for repeat in range(ctx.repeats):
-        before = snapshot()
-        _time_setup(result, loop, specs)
-        for variant in rotated(VARIANTS, repeat):
-            seconds, mask_seconds, answers = loop.decode(p.tokens, repeat, starts[variant])
-            steps = p.tokens - 1
-            result.metric(variant, "decode", "tokens/s").runs.append(steps / seconds)
-            if variant in CONSTRAINED:
-                result.metric(variant, "mask path per token", "us").runs.append(
-                    mask_seconds / p.tokens * 1e6
+    argv = [
+        "-m", "realtime", "serve", "--host", "127.0.0.1", "--port", "0",
+        "--engine", "cpu", "--model", str(model_dir), "--model-name", MODEL_NAME,
+        "--threads", str(p.threads), "--tool-parser", "hermes", "--reasoning-parser", "none",
+        "--log-level", "warning", "--shutdown-grace", "2", "--no-ui",
+    ]  # fmt: skip
+    with running(start_server("realtime-cpu", argv, ctx.scratch, timeout=120.0)) as server:
+        socket = ServerSocket(server.port, p.tokens)
+        try:
+            for _ in range(p.warmup):
+                for variant in VARIANTS:
+                    loop.decode(p.tokens, 0, starts[variant])
+                    socket.decode(variant)
+            for repeat in range(ctx.repeats):
+                before = snapshot()
+                _time_setup(result, loop, specs)
+                for variant in rotated(VARIANTS, repeat):
+                    rate, answers = socket.decode(variant)
+                    result.metric(SERVER + variant, "decode", "tokens/s").runs.append(rate)
+                    if variant in CONSTRAINED:
+                        result.metric(SERVER + variant, "answers", "count").runs.append(answers)
+                    seconds, mask_seconds, done = loop.decode(p.tokens, repeat, starts[variant])
+                    result.metric(LOOP + variant, "decode", "tokens/s").runs.append(
+                        (p.tokens - 1) / seconds
+                    )
+                    if variant in CONSTRAINED:
+                        result.metric(LOOP + variant, "mask path per token", "us").runs.append(
+                            mask_seconds / p.tokens * 1e6
+                        )
+                        result.metric(LOOP + variant, "answers", "count").runs.append(done)
+                for variant in VARIANTS:
+                    known = socket.first_token(variant, fresh=False)
+                    result.metric(SERVER + variant, "first token, known grammar", "ms").runs.append(
+                        known * 1e3
+                    )
+                    if variant in CONSTRAINED:
+                        new = socket.first_token(variant, fresh=True)
+                        result.metric(
+                            SERVER + variant, "first token, new grammar", "ms"
+                        ).runs.append(new * 1e3)
+                result.metric("all", BACKGROUND, "cores").runs.append(
+                    other_cores(before, snapshot())
                 )
-                result.metric(variant, "answers completed", "count").runs.append(answers)
-        result.metric("all", BACKGROUND, "cores").runs.append(other_cores(before, snapshot()))
-        ctx.log(
-            NAME,
-            f"run {repeat + 1}/{ctx.repeats}: "
-            + ", ".join(
-                f"{v} {result.metric(v, 'decode', 'tokens/s').runs[-1]:.1f} tok/s" for v in VARIANTS
-            ),
-        )
+                ctx.log(
+                    NAME,
+                    f"run {repeat + 1}/{ctx.repeats}: "
+                    + ", ".join(
+                        f"{v} {result.metric(SERVER + v, 'decode', 'tokens/s').runs[-1]:.1f}"
+                        for v in VARIANTS
+                    )
+                    + " tok/s through the server",
+                )
+        finally:
+            socket.close()
     _judge(result, p, loop)
     return result
 
@@ -297,30 +450,41 @@ def _time_setup(result: ScenarioResult, loop: Loop, specs: dict[str, Any]) -> No
 
 
 def _judge(result: ScenarioResult, p: Params, loop: Loop) -> None:
-    base = result.metric(UNCONSTRAINED, "decode", "tokens/s").runs
-    for variant in CONSTRAINED:
-        ratio = result.metric("ratio", f"{variant} / unconstrained (tokens/s)", "x")
-        ratio.runs = paired_ratios(result.metric(variant, "decode", "tokens/s").runs, base)
-        result.goals.append(
-            Goal.judge(
-                f"constrained decode ({variant}) vs unconstrained",
-                f">= {GOAL}",
-                ratio.median,
-                "x",
-                ratio.median >= GOAL,
+    for where in (SERVER, LOOP):
+        base = result.metric(where + UNCONSTRAINED, "decode", "tokens/s").runs
+        for variant in CONSTRAINED:
+            ratio = result.metric(
+                "ratio", f"{where}{variant} / {where}unconstrained (tokens/s)", "x"
             )
-        )
+            ratio.runs = paired_ratios(
+                result.metric(where + variant, "decode", "tokens/s").runs, base
+            )
+            if where == SERVER:
+                result.goals.append(
+                    Goal.judge(
+                        f"constrained decode ({variant}) vs unconstrained, through the server",
+                        f">= {GOAL}",
+                        ratio.median,
+                        "x",
+                        ratio.median >= GOAL,
+                    )
+                )
     size = SIZES[p.model]
     result.notes.append(
-        f"Model `{p.model}` from `realtime.tiny_model` (Llama, random weights"
+        f"Model `{p.model}` from `realtime.testing.tiny_model` (Llama, random weights"
         + (
             f", hidden size {size['hidden_size']}, {size['num_layers']} layers"
             if size
             else ", the default 64-wide test model"
         )
         + f"; its tokenizer has {loop.binding.width} ids), float32, torch with {p.threads} "
-        f"thread(s), temperature 1. {p.tokens} tokens per run; the rate is taken from the "
-        "second token to the last (the first is prefill)."
+        f"thread(s), temperature 1. {p.tokens} decode tokens per run and variant; the rate "
+        "is taken from each answer's first token to its last (prefill and compile excluded). "
+        "The server runs `--tool-parser hermes --reasoning-parser none`."
+    )
+    result.notes.append(
+        "The time to the first token with a new grammar includes compiling it (on a worker "
+        "thread, before the first chunk); with a known one the compiled grammar is reused."
     )
     result.notes.append(
         "The mask's cost grows with the vocabulary; this model's is small. Measured apart "
@@ -330,18 +494,19 @@ def _judge(result: ScenarioResult, p: Params, loop: Loop) -> None:
     )
     result.charts.append(
         Chart(
-            "decode speed with and without the grammar mask",
+            "decode speed with and without a grammar constraint",
             "tokens/s",
             "bars",
             [
                 Series(
-                    "decode",
+                    where.strip(),
                     [
                         (v, m.median, m.low, m.high)
                         for v in VARIANTS
-                        for m in [result.metric(v, "decode", "tokens/s")]
+                        for m in [result.metric(where + v, "decode", "tokens/s")]
                     ],
                 )
+                for where in (SERVER, LOOP)
             ],
         )
     )

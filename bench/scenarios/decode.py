@@ -64,7 +64,7 @@ class Params:
 
 
 def _model_dir(ctx: RunContext, params: Params) -> Path:
-    from realtime.tiny_model import ModelSize, cached_tiny_model
+    from realtime.testing.tiny_model import ModelSize, cached_tiny_model
 
     return cached_tiny_model(ctx.scratch / "models", size=ModelSize(**SIZES[params.model]))
 
@@ -262,7 +262,7 @@ def _judge(result: ScenarioResult, p: Params, same: bool) -> None:
     )
     size = SIZES[p.model]
     result.notes.append(
-        f"Model `{p.model}` from `realtime.tiny_model` (Llama, random weights"
+        f"Model `{p.model}` from `realtime.testing.tiny_model` (Llama, random weights"
         + (
             f", hidden size {size['hidden_size']}, {size['num_layers']} layers, "
             f"intermediate size {size['intermediate_size']}"

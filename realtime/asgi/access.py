@@ -20,14 +20,14 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from realtime.asgi.responses import error_response
-from realtime.auth import (
+from realtime.asgi.auth import (
     ApiKeys,
     OriginPolicy,
     bearer_token,
     header,
     subprotocol_key,
 )
+from realtime.asgi.responses import error_response
 from realtime.observability.logs import event
 from realtime.observability.metrics import Metrics
 from realtime.protocol.credentials import has_query_credentials
@@ -38,6 +38,7 @@ from realtime.protocol.errors import (
     RealtimeError,
 )
 
+#: Named before auth.py moved into asgi/; kept, since log filters select on it.
 log = logging.getLogger("realtime.auth")
 
 OPEN_PATHS = frozenset({"/health", "/ready"})

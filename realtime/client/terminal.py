@@ -206,6 +206,3 @@ class Style:
 
     def cyan(self, text: str) -> str:
         return self._wrap("36", text)
-
-    def bold(self, text: str) -> str:
-        return self._wrap("1", text)

@@ -4,16 +4,20 @@ Built on llguidance (grammars from JSON Schema and Lark, masks computed lazily
 per step from the Hugging Face tokenizer). The pieces, in the order a request
 meets them:
 
-* `json_schema.response_format_constraint` and `tool_calls.tool_call_grammar`
-  / `tool_calls.tool_markers_ban` turn request fields into a `Constraint`
-  (`spec.py`, plain data) or raise `ConstraintError` naming the field;
-* `matcher.ConstraintCompiler` (one per engine, over a `tokenizer.TokenizerBinding`)
-  compiles and caches it, and starts one matcher per sequence;
-* `logits.apply_allowed` masks a logits tensor before sampling (the cpu engine);
-  `exllamav2_filter.GrammarFilter` does the same through exllamav2's filter API.
+* `json_schema.response_format_constraint` (and, for tool calls, which are
+  written in a tool parser's markup, `realtime.chat.tools.grammar`) turn request
+  fields into a `Constraint` (`spec.py`, plain data) or raise `ConstraintError`
+  naming the field;
+* `matcher.ConstraintCompiler` (one per model, over the `tokenizer.TokenizerBinding`
+  its engine builds at load time) compiles and caches it, off the event loop,
+  into a `matcher.CompiledConstraint`: what an `EngineRequest` carries;
+* the engine starts one matcher per sequence from it and masks the logits
+  before sampling (`matcher.allowed_rows`, `logits.apply_allowed`: the cpu
+  engine), or hands exllamav2 an `exllamav2_filter.GrammarFilter`.
 
-This module imports neither torch nor an engine: the request-side builders
-work on every install, the echo engine's included.
+This package sits below the engines and the chat logic and imports nothing of
+theirs. This module imports neither torch nor an engine: the request-side
+builders work on every install, the echo engine's included.
 """
 
 from realtime.constrain.errors import RESPONSE_FORMAT, TOOL_CHOICE, TOOLS, ConstraintError
@@ -24,11 +28,6 @@ from realtime.constrain.json_schema import (
 )
 from realtime.constrain.lark import Reasoning
 from realtime.constrain.spec import BannedTokens, Constraint, ConstraintLimits, GrammarSpec
-from realtime.constrain.tool_calls import (
-    enforceable_parsers,
-    tool_call_grammar,
-    tool_markers_ban,
-)
 
 __all__ = [
     "RESPONSE_FORMAT",
@@ -40,10 +39,7 @@ __all__ = [
     "ConstraintLimits",
     "GrammarSpec",
     "Reasoning",
-    "enforceable_parsers",
     "json_object_grammar",
     "json_schema_grammar",
     "response_format_constraint",
-    "tool_call_grammar",
-    "tool_markers_ban",
 ]

@@ -34,8 +34,7 @@ from typing import Any
 import torch
 
 from realtime.constrain.logits import apply_allowed
-from realtime.constrain.matcher import ConstraintCompiler, SequenceConstraint
-from realtime.constrain.spec import Constraint
+from realtime.constrain.matcher import CompiledConstraint, SequenceConstraint
 
 _NEG_INF = float("-inf")
 
@@ -48,8 +47,7 @@ class GrammarFilter:
 
     def __init__(
         self,
-        compiler: ConstraintCompiler,
-        constraint: Constraint,
+        constraint: CompiledConstraint,
         *,
         model: Any = None,
         tokenizer: Any = None,
@@ -59,10 +57,9 @@ class GrammarFilter:
         self.tokenizer = tokenizer
         self.sequence_str = ""
         self.background_result: Future[Any] | None = None
-        self._compiler = compiler
         self._constraint = constraint
-        self._eos = compiler.binding.eos_token_ids
-        self._matcher: SequenceConstraint = compiler.start(constraint)
+        self._eos = constraint.binding.eos_token_ids
+        self._matcher: SequenceConstraint = constraint.start()
         self._fed: list[int] = []
         self._mask: torch.Tensor | None = None
 
@@ -86,9 +83,7 @@ class GrammarFilter:
 
     def clone(self, c: GrammarFilter | None = None) -> GrammarFilter:
         """A filter in the same state (its own matcher, replayed)."""
-        copy = GrammarFilter(
-            self._compiler, self._constraint, model=self.model, tokenizer=self.tokenizer
-        )
+        copy = GrammarFilter(self._constraint, model=self.model, tokenizer=self.tokenizer)
         for token in self._fed:
             copy.feed(token)
         return copy
@@ -96,7 +91,7 @@ class GrammarFilter:
     def begin(self, prefix_str: str = "") -> None:
         """Start (or restart) the answer: a fresh matcher, nothing fed."""
         if self._fed:
-            self._matcher = self._compiler.start(self._constraint)
+            self._matcher = self._constraint.start()
             self._fed = []
         self._mask = None
         self.sequence_str = prefix_str
@@ -159,7 +154,7 @@ class GrammarFilter:
         if self._matcher.error is not None:
             # A token the grammar did not allow was fed (a blocked or forced token):
             # end the answer; the engine reports `error`.
-            only_eos = torch.zeros(self._compiler.binding.width, dtype=torch.bool)
+            only_eos = torch.zeros(self._constraint.binding.width, dtype=torch.bool)
             only_eos[sorted(self._eos)] = True
             return only_eos
         return self._matcher.allowed()

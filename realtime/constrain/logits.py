@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 _NEG_INF = float("-inf")
@@ -26,13 +27,18 @@ def unpack_bitmask(bits: torch.Tensor, width: int) -> torch.Tensor:
     words are little-endian, so bit i of byte b is id 8*b + i.
     """
     words = bits.shape[-1]
-    rows = bits.reshape(-1, words).contiguous().numpy().view(np.uint8)
-    count = min(width, 32 * words)
-    flat = np.unpackbits(rows, axis=-1, bitorder="little", count=count).view(np.bool_)
-    allowed = torch.from_numpy(flat).reshape(*bits.shape[:-1], count)
+    rows = unpack_rows(bits.reshape(-1, words).contiguous().numpy(), width)
+    return rows.reshape(*bits.shape[:-1], width)
+
+
+def unpack_rows(bits: npt.NDArray[np.int32], width: int) -> torch.Tensor:
+    """`unpack_bitmask` for a 2-D numpy array of words (`[rows, words]`): `[rows, width]`."""
+    count = min(width, 32 * bits.shape[-1])
+    flat = np.unpackbits(bits.view(np.uint8), axis=-1, bitorder="little", count=count)
+    allowed = torch.from_numpy(flat.view(np.bool_))
     if count == width:
         return allowed
-    pad = torch.zeros((*bits.shape[:-1], width - count), dtype=torch.bool)
+    pad = torch.zeros((bits.shape[0], width - count), dtype=torch.bool)
     return torch.cat([allowed, pad], dim=-1)
 
 

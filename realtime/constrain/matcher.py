@@ -1,9 +1,11 @@
 """Per-sequence matchers: the allowed tokens of the next step, advanced token by token.
 
-`ConstraintCompiler` (one per engine, thread-safe) checks a `Constraint` once
+`ConstraintCompiler` (one per model, thread-safe) compiles a `Constraint` once
 and keeps the compiled grammar, keyed by its text, so an agent that sends the
-same tools every turn compiles them once; `start()` then gives each sequence
-its own matcher, a copy of the compiled one (microseconds).
+same tools every turn compiles them once. `compile()` returns a
+`CompiledConstraint`, which is what an engine request carries: its `start()`
+gives each sequence its own matcher, a copy of the compiled one (microseconds),
+so nothing is ever compiled on an engine's thread.
 
 A matcher's methods run on the engine's model thread (or exllamav2's filter
 workers), never on the event loop: computing a mask costs tens of microseconds
@@ -11,7 +13,7 @@ and llguidance releases the GIL while it works.
 
 The per-step protocol, for one sequence:
 
-    matcher = compiler.start(constraint)
+    matcher = compiled.start()        # compiled = compiler.compile(constraint)
     while ...:
         logits = apply_allowed(logits, matcher.allowed())   # realtime.constrain.logits
         token = sample(logits)
@@ -21,15 +23,18 @@ The per-step protocol, for one sequence:
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
 import torch
 from llguidance import LLMatcher, LLParserLimits
 
 from realtime.constrain.errors import ConstraintError, engine_detail
-from realtime.constrain.logits import pack_bitmask, unpack_bitmask
+from realtime.constrain.logits import pack_bitmask, unpack_bitmask, unpack_rows
 from realtime.constrain.spec import BannedTokens, Constraint, ConstraintLimits, GrammarSpec
 from realtime.constrain.tokenizer import TokenizerBinding
 
@@ -53,6 +58,11 @@ class SequenceConstraint(Protocol):
 
     def fill_bitmask(self, row: torch.Tensor) -> None:
         """Write the allowed ids into one contiguous int32 bitmask row (32 ids a word)."""
+        ...
+
+    def fill_bitmask_at(self, address: int, words: int) -> None:
+        """`fill_bitmask` into raw memory: `words` int32 words at `address`, which the
+        caller has checked (`allowed_rows` checks a whole batch's buffer once)."""
         ...
 
     def advance(self, token_id: int) -> bool:
@@ -94,6 +104,9 @@ class GrammarMatcher:
     def fill_bitmask(self, row: torch.Tensor) -> None:
         _check_row(row, self._bits.numel())
         self._matcher.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * 4)
+
+    def fill_bitmask_at(self, address: int, words: int) -> None:
+        self._matcher.unsafe_compute_mask_ptr(address, words * 4)
 
     def allowed(self) -> torch.Tensor:
         self.fill_bitmask(self._bits)
@@ -141,6 +154,9 @@ class BannedTokenMatcher:
         _check_row(row, self._bits.numel())
         row.copy_(self._bits)
 
+    def fill_bitmask_at(self, address: int, words: int) -> None:
+        ctypes.memmove(address, self._bits.data_ptr(), words * 4)
+
     def advance(self, token_id: int) -> bool:
         return token_id not in self._banned
 
@@ -156,12 +172,68 @@ def _check_row(row: torch.Tensor, words: int) -> None:
         raise ValueError(f"a bitmask row has {words} words (TokenizerBinding.mask_words)")
 
 
+class CompiledConstraint:
+    """A constraint checked and compiled for one model: what an engine request carries.
+
+    `start()` gives one sequence its own matcher, on whatever thread runs the
+    sequence; it never compiles (the compiled grammar is held here, whatever
+    the compiler's cache has evicted since).
+    """
+
+    __slots__ = ("_banned", "_prototype", "binding", "description", "param")
+
+    def __init__(
+        self,
+        binding: TokenizerBinding,
+        *,
+        description: str,
+        param: str,
+        prototype: LLMatcher | None = None,
+        banned: frozenset[int] | None = None,
+    ) -> None:
+        if (prototype is None) == (banned is None):
+            raise ValueError("a compiled constraint is a grammar or a set of banned ids")
+        self.binding = binding
+        self.description = description
+        #: The request field it came from (`response_format`, `tools`, `tool_choice`).
+        self.param = param
+        self._prototype = prototype
+        self._banned = banned
+
+    @property
+    def ends_answer(self) -> bool:
+        """True for a grammar: it decides when the answer is complete (EOS is its last
+        token, even under `ignore_eos`); a ban never ends anything."""
+        return self._prototype is not None
+
+    def start(self) -> SequenceConstraint:
+        """A fresh matcher for one sequence."""
+        if self._banned is not None:
+            return BannedTokenMatcher(self._banned, self.binding)
+        assert self._prototype is not None
+        return GrammarMatcher(self._prototype.deep_copy(), self.binding, self.description)
+
+
+def allowed_rows(matchers: Sequence[SequenceConstraint], binding: TokenizerBinding) -> torch.Tensor:
+    """`[len(matchers), binding.width]` bool: each matcher's allowed ids, unpacked in one
+    call for the whole batch (the engine masks the batch's logits rows with it).
+
+    The rows are written straight into one buffer: no tensor per row, one check for
+    all (this runs once per forward pass on the engine thread)."""
+    words = binding.mask_words
+    bits = np.empty((len(matchers), words), dtype=np.int32)
+    base, stride = bits.ctypes.data, words * 4
+    for row, matcher in enumerate(matchers):
+        matcher.fill_bitmask_at(base + row * stride, words)
+    return unpack_rows(bits, binding.width)
+
+
 class ConstraintCompiler:
     """Checks and compiles constraints for one model; shared by all its sequences.
 
-    Thread-safe. `check` is what the pipeline calls before it commits to an
+    Thread-safe. `compile` is what the pipeline calls before it commits to an
     answer (off the event loop: a new grammar takes milliseconds to compile);
-    `start` is what the engine calls when the sequence is added.
+    the engine starts each sequence's matcher from the `CompiledConstraint`.
     """
 
     def __init__(self, binding: TokenizerBinding, limits: ConstraintLimits | None = None) -> None:
@@ -181,17 +253,44 @@ class ConstraintCompiler:
             verbose_errors=False,
         )
 
+    def compile(self, constraint: Constraint) -> CompiledConstraint:
+        """The constraint compiled for this model (from the cache when it was seen);
+        ConstraintError (naming the request field) when it cannot be enforced."""
+        found = self.cached(constraint)
+        if found is not None:
+            return found
+        assert isinstance(constraint, GrammarSpec)  # a ban is never a cache miss
+        return self._grammar(constraint, self._prototype(constraint))
+
+    def cached(self, constraint: Constraint) -> CompiledConstraint | None:
+        """The compiled constraint when nothing needs compiling (a ban, a cached
+        grammar), else None: the caller can skip the trip to a worker thread."""
+        if isinstance(constraint, BannedTokens):
+            return CompiledConstraint(
+                self.binding,
+                description=constraint.description,
+                param=constraint.param,
+                banned=constraint.token_ids,
+            )
+        with self._lock:
+            found = self._compiled.get(constraint.grammar)
+            if found is None:
+                return None
+            self._compiled.move_to_end(constraint.grammar)
+        return self._grammar(constraint, found)
+
     def check(self, constraint: Constraint) -> None:
         """Raise ConstraintError (naming the request field) unless it can be enforced."""
-        if isinstance(constraint, GrammarSpec):
-            self._prototype(constraint)
+        self.compile(constraint)
 
     def start(self, constraint: Constraint) -> SequenceConstraint:
         """A fresh matcher for one sequence (compiles on a cache miss)."""
-        if isinstance(constraint, BannedTokens):
-            return BannedTokenMatcher(constraint.token_ids, self.binding)
-        matcher = self._prototype(constraint).deep_copy()
-        return GrammarMatcher(matcher, self.binding, constraint.description)
+        return self.compile(constraint).start()
+
+    def _grammar(self, spec: GrammarSpec, prototype: LLMatcher) -> CompiledConstraint:
+        return CompiledConstraint(
+            self.binding, description=spec.description, param=spec.param, prototype=prototype
+        )
 
     def _prototype(self, spec: GrammarSpec) -> LLMatcher:
         with self._lock:
@@ -207,6 +306,16 @@ class ConstraintCompiler:
         if matcher.is_error():
             raise ConstraintError(
                 f"{spec.description} cannot be enforced: {engine_detail(matcher.get_error())}",
+                param=spec.param,
+            )
+        # The first mask, here on the compiling thread: a grammar that cannot even
+        # start an answer (a `$ref` to itself) fails now, as the request's error, not
+        # mid-answer; and the lexer states it builds serve every sequence's copy.
+        matcher.compute_bitmask()
+        if matcher.is_error():
+            raise ConstraintError(
+                f"{spec.description} cannot be enforced: no answer can start "
+                f"({engine_detail(matcher.get_error())})",
                 param=spec.param,
             )
         with self._lock:

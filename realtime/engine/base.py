@@ -15,10 +15,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from realtime.model.generation import FinishReason, TokenLogprob
 from realtime.model.info import ModelInfo
+
+if TYPE_CHECKING:  # the grammar engine loads only where constraints are used
+    from realtime.constrain.matcher import CompiledConstraint
+    from realtime.constrain.tokenizer import TokenizerBinding
 
 
 @dataclass(slots=True)
@@ -62,6 +66,10 @@ class EngineRequest:
     #: with `cache_salt` the isolation key for prefix reuse (see the engine's docs).
     session_id: str | None = None
     priority: int = NORMAL_PRIORITY
+    #: What sampling must follow (a grammar, or banned ids), compiled by the pipeline
+    #: for this engine's `grammar_binding`; each sequence starts its own matcher from
+    #: it. Only a `ConstrainingEngine` is ever given one.
+    constraint: CompiledConstraint | None = None
 
 
 @dataclass(slots=True)
@@ -86,6 +94,27 @@ class SessionAwareEngine(Protocol):
 
     def end_session(self, session_id: str) -> None:
         """The session is over: its cache entries lose their protection (or are dropped)."""
+        ...
+
+
+@runtime_checkable
+class ConstrainingEngine(Protocol):
+    """Engines that enforce `EngineRequest.constraint` while they sample (cpu, exllamav2).
+
+    They bind the model's tokenizer to the grammar engine when they load it; the
+    pipeline compiles each request's constraint against that binding.
+    """
+
+    @property
+    def grammar_binding(self) -> TokenizerBinding | None:
+        """The model's vocabulary as the grammar engine sees it, once loaded; None
+        before that, or when the tokenizer could not be bound (see
+        `grammar_unavailable_reason`)."""
+        ...
+
+    @property
+    def grammar_unavailable_reason(self) -> str | None:
+        """Why `grammar_binding` is None, for the client's error; None when it is set."""
         ...
 
 

@@ -10,7 +10,7 @@ so `info` is available before `start()`; the weights are loaded by `start()`, on
 engine thread that will own them for the engine's lifetime (`ThreadedEngineCore`).
 The event loop only hands work to that thread and collects tokens.
 
-torch and transformers are optional (`realtime.install.CPU_INSTALL_HINT`); this module is
+torch and transformers are optional (`realtime.engine.install.CPU_INSTALL_HINT`); this module is
 imported only when the cpu engine is chosen.
 """
 
@@ -21,8 +21,9 @@ import os
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from realtime.install import CPU_INSTALL_HINT
+from realtime.engine.install import CPU_INSTALL_HINT
 
 try:
     import torch
@@ -39,10 +40,14 @@ from realtime.engine.cpu_backend import (
     CpuStats,
 )
 from realtime.engine.errors import EngineRequestError, RequestPart
+from realtime.engine.grammar import NOT_LOADED, GrammarSupport, bind_grammar
 from realtime.engine.sampling import validate_sampling
 from realtime.engine.threaded import ThreadedEngineCore
 from realtime.model.info import ModelInfo
 from realtime.model.model_dir import ModelFiles, load_model_dir
+
+if TYPE_CHECKING:
+    from realtime.constrain.tokenizer import TokenizerBinding
 
 
 def default_threads() -> int:
@@ -62,6 +67,9 @@ class CpuEngine:
 
     Background-priority requests run only while no normal request waits
     (`schedules_background`), and `end_session` releases a session's cache entries.
+    Requests may carry a constraint (`ConstrainingEngine`): the model's tokenizer is
+    bound to the grammar engine when the weights load, and each constrained
+    sequence's logits are masked before sampling (see `cpu_backend.py`).
 
     Options:
     - `model_name`: the name clients send as `model` (default: the directory's name);
@@ -134,6 +142,7 @@ class CpuEngine:
         self.stats = CpuStats()
         #: The backend, once `start()` built it; only the engine thread may call into it.
         self.backend: CpuBackend | None = None
+        self._grammar: GrammarSupport = NOT_LOADED
         # Under load a request's tokens reach its stream in fewer, larger chunks.
         self._core = ThreadedEngineCore(
             self._build_backend, name="realtime-cpu-engine", merge_backlog=True
@@ -155,6 +164,14 @@ class CpuEngine:
         if not self._started:
             return "the model is not loaded yet"
         return "the engine has stopped"
+
+    @property
+    def grammar_binding(self) -> TokenizerBinding | None:
+        return self._grammar.binding
+
+    @property
+    def grammar_unavailable_reason(self) -> str | None:
+        return self._grammar.reason
 
     @property
     def core(self) -> ThreadedEngineCore:
@@ -217,5 +234,8 @@ class CpuEngine:
                 "(it needs the `cache` argument of transformers 5.24): "
                 "pip install 'realtime[cpu]'"
             )
-        self.backend = CpuBackend(model, self.options, self.stats)
-        return self.backend
+        backend = CpuBackend(model, self.options, self.stats)
+        # The mask covers exactly the model's logits (its output embedding's rows).
+        self._grammar = bind_grammar(self.files.tokenizer, logits_width=backend.vocab_size)
+        self.backend = backend
+        return backend

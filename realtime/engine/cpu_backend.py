@@ -27,6 +27,16 @@ its jobs run one sequence per pass, in `background_chunk_tokens` chunks, taking 
 and only while no client request can run. A client request arriving mid-warm-up waits
 for at most the warm-up chunk already running.
 
+Constrained sequences (`EngineRequest.constraint`: a JSON schema, enforced tool calls,
+banned tool markers) each get their own matcher when they are added. After every pass
+their rows of the logits are masked in one go (disallowed ids at -inf) before any
+other sampling step, the ban of EOS before `min_tokens` is dropped where it would
+leave no token (a complete answer allows only EOS), and each sampled token advances
+its matcher. A grammar that has taken EOS ends the answer (`eos`, even under
+`ignore_eos`); `max_tokens` cuts it off like any other (`length`, the partial text);
+a token the matcher refused (which the mask makes impossible) fails the request.
+Unconstrained rows of the same pass are left exactly as they were.
+
 Batched and alone. A batched pass computes a sequence's logits with other rows in the
 same matrix products, so they can differ from a lone run's in the last float bits; a
 greedy token changes only where the two best logits are that close (a near tie), and
@@ -64,9 +74,12 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from realtime.constrain.logits import usable_bans
+from realtime.constrain.matcher import SequenceConstraint, allowed_rows
 from realtime.engine.base import NORMAL_PRIORITY, EngineOutput, EngineRequest
 from realtime.engine.batch_cache import KVState
 from realtime.engine.cpu_runner import BatchRunner, Feed, Runner, SoloRunner, verify_batching
@@ -113,6 +126,7 @@ class _Job:
         "generated",
         "job_id",
         "key",
+        "matcher",
         "max_tokens",
         "min_tokens",
         "paused",
@@ -154,6 +168,8 @@ class _Job:
         self.suppressed: frozenset[int] = frozenset()
         self.min_tokens = request.stop.min_tokens
         self.max_tokens = request.stop.max_tokens
+        #: the constraint's per-sequence matcher, when the request has one
+        self.matcher: SequenceConstraint | None = None
         self.stats = RequestStats()
         #: `cached_tokens` for the first output; None once sent
         self.unsent_cached: int | None = 0
@@ -247,6 +263,14 @@ class CpuBackend:
         background = request.priority > NORMAL_PRIORITY
         runner = self._solo if background else self._runner
         job = _Job(job_id, request, sampler, self._key(request), runner)
+        constraint = request.constraint
+        if constraint is not None:
+            if constraint.binding.width != self.vocab_size:
+                raise ValueError(
+                    f"the constraint was compiled for {constraint.binding.width} token ids; "
+                    f"this model has {self.vocab_size}"
+                )
+            job.matcher = constraint.start()
         ends = set(request.stop.stop_token_ids)
         if not request.stop.ignore_eos:
             ends |= self.options.eos_token_ids
@@ -458,31 +482,46 @@ class CpuBackend:
                 ready.append(job)
         if not ready:
             return []
-        chosen = sample_batch(
-            [job.sampler for job in ready],
-            logits[rows] if len(rows) < size else logits,
-            [job.suppressed if job.generated < job.min_tokens else _NOTHING for job in ready],
-        )
+        row_logits = logits[rows] if len(rows) < size else logits
+        banned = [job.suppressed if job.generated < job.min_tokens else _NOTHING for job in ready]
+        failures: dict[int, str] = {}
+        if any(job.matcher is not None for job in ready):
+            row_logits, failures = _constrain(row_logits, ready, banned)
+        chosen = sample_batch([job.sampler for job in ready], row_logits, banned)
         outputs = []
-        for job, sampled in zip(ready, chosen, strict=True):
-            output = self._next_token(job, sampled.token_id, sampled.logprob)
+        for index, (job, sampled) in enumerate(zip(ready, chosen, strict=True)):
+            output = self._next_token(job, sampled.token_id, sampled.logprob, failures.get(index))
             if output.finish_reason is not None:
                 self._finish(job, output.finish_reason)
             outputs.append((job.job_id, output))
         stats.tokens_generated += len(ready)
         return outputs
 
-    def _next_token(self, job: _Job, token: int, logprob: Any) -> EngineOutput:
+    def _next_token(
+        self, job: _Job, token: int, logprob: Any, failure: str | None = None
+    ) -> EngineOutput:
         stop = job.request.stop
         tokens = job.tokens
         tokens.append(token)
         job.generated += 1
         job.stats.tokens_generated += 1
+        matcher = job.matcher
+        if matcher is not None and failure is None and not matcher.advance(token):
+            failure = matcher.error or f"token {token} is outside the constraint"
+        if failure is not None:
+            # The token broke the constraint: it is not shown, the request fails.
+            job.unsent_cached = None
+            error = f"constrained decoding failed: {failure}"
+            return EngineOutput([], finish_reason=FinishReason.ERROR, error=error)
         reason: FinishReason | None = None
         on_token = False
         if token in job.suppressed:  # EOS (unless ignored) or a stop id
             on_token = True
             reason = FinishReason.STOP if token in stop.stop_token_ids else FinishReason.EOS
+        elif matcher is not None and matcher.done:
+            # The grammar took its EOS: the answer is complete, even under ignore_eos.
+            on_token = True
+            reason = FinishReason.EOS
         elif (job.max_tokens is not None and job.generated >= job.max_tokens) or len(
             tokens
         ) >= self.options.context_length:
@@ -559,6 +598,36 @@ class CpuBackend:
         self.stats.cache_entries = len(self.prefixes)
         self.stats.cache_tokens = self.prefixes.tokens
         self.stats.cache_evictions = self.prefixes.evictions
+
+
+def _constrain(
+    logits: torch.Tensor, jobs: list[_Job], banned: list[frozenset[int]]
+) -> tuple[torch.Tensor, dict[int, str]]:
+    """`logits` ([len(jobs), vocab]) with the constrained rows masked, and each row's
+    `banned` ids (EOS before min_tokens) dropped where that would leave no token.
+
+    Also returns the rows whose constraint allows nothing (a failed matcher), with why:
+    they may draw only EOS, and the request fails after the draw.
+    """
+    index = [i for i, job in enumerate(jobs) if job.matcher is not None]
+    matchers = [m for i in index if (m := jobs[i].matcher) is not None]
+    constraint = jobs[index[0]].request.constraint
+    assert constraint is not None
+    binding = constraint.binding
+    allowed = allowed_rows(matchers, binding)
+    failures: dict[int, str] = {}
+    for k in torch.nonzero(~allowed.any(dim=-1)).flatten().tolist():
+        failures[index[k]] = matchers[k].error or "the constraint allows no next token"
+        allowed[k, sorted(binding.eos_token_ids)] = True
+    for k, i in enumerate(index):
+        if banned[i]:
+            banned[i] = frozenset(usable_bans(allowed[k], banned[i]))
+    if len(index) < len(jobs):  # free rows stay exactly as they were
+        every = torch.ones(logits.shape, dtype=torch.bool)
+        every[index] = allowed
+        allowed = every
+    # Not in place: the logits are inference tensors of the forward pass.
+    return logits.masked_fill(~allowed, float("-inf")), failures
 
 
 def _trim_state(state: KVState, n: int) -> KVState:

@@ -21,13 +21,17 @@ import logging
 import os
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from realtime.engine.base import EngineOutput, EngineRequest
 from realtime.engine.exllamav2_backend import MIN_LOGPROB, BackgroundStats, ExLlamaV2Backend
 from realtime.engine.exllamav2_salt import install_salted_hashing, salted_job_class
+from realtime.engine.grammar import NOT_LOADED, GrammarSupport, bind_grammar
 from realtime.engine.threaded import CoreStats, ThreadedEngineCore
 from realtime.model.info import ModelInfo
+
+if TYPE_CHECKING:
+    from realtime.constrain.tokenizer import TokenizerBinding
 
 log = logging.getLogger("realtime.engine.exllamav2")
 
@@ -93,6 +97,10 @@ class ExLlamaV2Engine:
     request is in the generator (`schedules_background`), in prefill chunks of
     `background_chunk_size` tokens (a multiple of 256), so a request that arrives
     meanwhile waits for at most one such chunk (see `exllamav2_backend.py`).
+
+    Requests may carry a constraint (`ConstrainingEngine`): the tokenizer is bound to
+    the grammar engine when the model loads, and a constrained job gets a grammar
+    filter, which exllamav2 asks for a mask before each token it samples.
     """
 
     #: Background-priority work (speculative warm-ups) never holds up normal requests.
@@ -161,10 +169,19 @@ class ExLlamaV2Engine:
         #: Set on the engine thread once loaded: whether cache_salt isolation is installed.
         self.salting: bool | None = None
         self.background = BackgroundStats()
+        self._grammar: GrammarSupport = NOT_LOADED
 
     @property
     def info(self) -> ModelInfo:
         return self._info
+
+    @property
+    def grammar_binding(self) -> TokenizerBinding | None:
+        return self._grammar.binding
+
+    @property
+    def grammar_unavailable_reason(self) -> str | None:
+        return self._grammar.reason
 
     @property
     def cache_size(self) -> int:
@@ -237,6 +254,8 @@ class ExLlamaV2Engine:
             paged = opts.paged
             if paged is None:
                 paged = bool(exl_attn.has_flash_attn_with_paged) and not config.no_flash_attn
+            if not getattr(exl_attn, "has_flash_attn", False) or config.no_flash_attn:
+                _attention_without_per_length_setup(torch)
             batch = opts.max_batch_size
             if not paged:
                 if batch is not None and batch > 1:
@@ -255,6 +274,9 @@ class ExLlamaV2Engine:
                 f"the exllamav2 engine could not load {opts.model_dir}: {type(exc).__name__}: {exc}"
             ) from exc
         self.paged = paged
+        # The mask covers the model's vocabulary; exllamav2's logits are padded wider
+        # (`padded_vocab_size`), and the filter excludes the padding.
+        self._grammar = bind_grammar(self._info.tokenizer, logits_width=int(config.vocab_size))
         job_class = exl_generator.ExLlamaV2DynamicJob
         self.salting = _can_salt(job_class, generator) and install_salted_hashing(exl_dynamic)
         if self.salting:
@@ -302,6 +324,22 @@ def _can_salt(job_class: Any, generator: Any) -> bool:
     return all(callable(getattr(job_class, name, None)) for name in _SALT_JOB_METHODS) and (
         isinstance(getattr(generator, "all_pages", None), list)
     )
+
+
+def _attention_without_per_length_setup(torch: Any) -> None:
+    """Keep torch's SDPA off its cuDNN backend (exllamav2's attention without flash-attn).
+
+    Without flash-attn, exllamav2 attends through `scaled_dot_product_attention` with a
+    dense mask, for which torch picks cuDNN on Hopper; cuDNN builds a graph for every new
+    key length (46.6 ms each on an H100, against 0.12 ms for the memory-efficient kernel),
+    and a decode step has a new key length until a process has seen them all: a fresh
+    server decoded 16 tokens/s instead of 175 (docs/benchmarks/gpu-proof-h100.md).
+    """
+    backends = getattr(getattr(torch, "backends", None), "cuda", None)
+    disable = getattr(backends, "enable_cudnn_sdp", None)
+    if callable(disable):
+        disable(False)
+        log.info("exllamav2 without flash-attn: torch's cuDNN attention is off (per-length setup)")
 
 
 def _import_torch_with_cuda() -> Any:

@@ -23,6 +23,12 @@ generator. How requests map onto exllamav2 (0.3.x):
   character (and, at a stop token, hands the held tokens over under "held").
   Text is ignored here - the pipeline detokenizes ids itself - but every held id
   is passed on, so the ids, usage and logprobs add up to exllamav2's `new_tokens`.
+* A constrained request (`EngineRequest.constraint`) gets a `GrammarFilter` in the
+  job's `filters`: exllamav2 calls it before every sampled token (a mask, computed
+  on its filter thread while the GPU runs the next pass) and feeds it each token.
+  A grammar ends the answer with EOS, so EOS is among the job's stop tokens even
+  under `ignore_eos`. A token the grammar refused (which the mask makes
+  impossible) puts the filter in error: the job is cancelled and the request fails.
 * `cache_salt` keeps a request to the cached pages of its own salt
   (`exllamav2_salt.py`); requests without a salt share with each other, across
   sessions, as the cpu engine's "salt" cache scope does.
@@ -50,12 +56,15 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from realtime.engine.base import NORMAL_PRIORITY, EngineOutput, EngineRequest, SamplingParams
 from realtime.engine.exllamav2_salt import salt_seed
 from realtime.engine.prefix_cache import common_prefix_length
 from realtime.model.generation import FinishReason, TokenLogprob
+
+if TYPE_CHECKING:  # imported when a request is constrained (it needs torch)
+    from realtime.constrain.exllamav2_filter import GrammarFilter
 
 log = logging.getLogger("realtime.engine.exllamav2")
 
@@ -98,6 +107,8 @@ class _Job:
     #: the ExLlamaV2DynamicJob; None for a background job not (or no longer) enqueued
     handle: Any = None
     cached_reported: bool = False
+    #: the job's grammar filter, when the request is constrained
+    filter: GrammarFilter | None = None
 
     @property
     def background(self) -> bool:
@@ -172,6 +183,12 @@ class ExLlamaV2Backend:
                 "cache_salt is not supported with this exllamav2 version "
                 "(its page hashing is not the one realtime isolates salts in)"
             )
+        constraint = request.constraint
+        if constraint is not None and constraint.binding.width != self._vocab_size:
+            raise ValueError(
+                f"the constraint was compiled for {constraint.binding.width} token ids; "
+                f"this model has {self._vocab_size}"
+            )
         job = _Job(request, salt_seed(request.cache_salt))
         handle = self._new_handle(job_id, job)  # built now: a bad request fails now
         if job.background:
@@ -215,12 +232,27 @@ class ExLlamaV2Backend:
             job = self._jobs.get(job_id)
             if job is None:
                 continue  # cancelled while this iterate() ran
+            failure = job.filter.error if job.filter is not None else None
+            if failure is not None:
+                outputs.append((job_id, self._fail_constraint(job_id, job, result, failure)))
+                continue
             output = self._output(job, result)
             if result.get("eos"):
                 self._forget(job_id, job)
             if output is not None:
                 outputs.append((job_id, output))
         return outputs
+
+    def _fail_constraint(
+        self, job_id: int, job: _Job, result: dict[str, Any], failure: str
+    ) -> EngineOutput:
+        """The filter was fed a token its grammar refused: end the job now (its mask
+        would allow only EOS from here) and fail the request."""
+        if not result.get("eos"):
+            self.generator.cancel(job.handle)
+        self._forget(job_id, job)
+        error = f"constrained decoding failed: {failure}"
+        return EngineOutput([], finish_reason=FinishReason.ERROR, error=error)
 
     def recover(self) -> None:
         """Forget every job after `iterate()` raised, and the page table with them.
@@ -354,6 +386,12 @@ class ExLlamaV2Backend:
         settings = self._settings(request.sampling)
         stop_conditions = self._stop_token_ids(request)
         input_ids = self._torch.tensor([ids], dtype=self._torch.long)
+        filters = []
+        if request.constraint is not None:
+            from realtime.constrain.exllamav2_filter import GrammarFilter
+
+            job.filter = GrammarFilter(request.constraint)
+            filters.append(job.filter)
         try:
             handle = self._job_class(
                 input_ids=input_ids,
@@ -365,6 +403,7 @@ class ExLlamaV2Backend:
                 decode_special_tokens=False,
                 return_top_tokens=request.logprobs or 0,
                 return_probs=request.logprobs is not None,
+                filters=filters,
                 identifier=job_id,
             )
         except AssertionError as exc:
@@ -377,7 +416,10 @@ class ExLlamaV2Backend:
 
     def _stop_token_ids(self, request: EngineRequest) -> list[int]:
         stops = set(request.stop.stop_token_ids)
-        if not request.stop.ignore_eos:
+        constraint = request.constraint
+        if not request.stop.ignore_eos or (constraint is not None and constraint.ends_answer):
+            # A grammar's answer ends with EOS (the mask allows nothing else), ignore_eos
+            # or not: exllamav2 ends a masked job only on a stop token.
             stops |= self._eos_ids
         # Ids the model cannot produce can never match, and exllamav2 indexes the logits
         # with them while min_new_tokens bans stop tokens: keep only real ones.
@@ -466,9 +508,12 @@ class ExLlamaV2Backend:
             return FinishReason.EOS, on_token
         if reason == "max_new_tokens":
             return FinishReason.LENGTH, False
+        if reason == "end_filter" and token_ids and token_ids[-1] in self._eos_ids:
+            # A filter that lists allowed ids (not ours: it masks) ends on its EOS.
+            return FinishReason.EOS, True
         if reason not in ("stop_string", "end_filter"):
-            # Neither can happen (no stop strings or filters are passed); an unknown
-            # reason from a newer exllamav2 still ends the request cleanly.
+            # Stop strings are never passed; an unknown reason from a newer exllamav2
+            # still ends the request cleanly.
             log.warning("exllamav2 ended a job with an unknown eos_reason %r", reason)
         return FinishReason.STOP, False
 

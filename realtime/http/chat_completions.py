@@ -25,6 +25,7 @@ async def chat_completions(request: Request) -> Response:
         chat_request = parse_chat_request(await read_json_body(request), limits)
         streaming = bool(chat_request.stream)
         prepared = pipeline.prepare(chat_request, stream=streaming)
+        await pipeline.constrain(prepared)  # a grammar compiles off the loop, before the 200
     except RealtimeError as exc:
         outcome.finish("error", error=exc)
         raise

@@ -25,6 +25,7 @@ async def completions(request: Request) -> Response:
         body = parse_completion_request(await read_json_body(request), limits)
         streaming = bool(body.stream)
         prepared = pipeline.prepare(body, stream=streaming)
+        await pipeline.constrain(prepared)  # a grammar compiles off the loop, before the 200
     except RealtimeError as exc:
         outcome.finish("error", error=exc)
         raise

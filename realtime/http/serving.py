@@ -24,10 +24,10 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from realtime.asgi.lifecycle import Lifecycle
 from realtime.asgi.responses import ORJSONResponse, error_response
 from realtime.config import input_limits
 from realtime.http.sse import EventStreamResponse
-from realtime.lifecycle import Lifecycle
 from realtime.observability.logs import event
 from realtime.observability.metrics import Metrics, RequestTimer
 from realtime.protocol.errors import (

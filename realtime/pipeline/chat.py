@@ -5,8 +5,11 @@
 `prepare` does everything that can fail before generation starts (model lookup,
 unsupported features, template rendering, tokenization, then the shared path to
 an engine request in `engine_requests.py`: the token budget with the server's cap,
-stops, sampling), so a transport can answer with a proper status code before it
-commits to a stream, and never adjusts what `prepare` returns.
+stops, sampling, and the plan of a constraint: `constraints.py`), so a transport
+can answer with a proper status code before it commits to a stream, and never
+adjusts what `prepare` returns. Then both transports `await constrain(prepared)`:
+a constraint's grammar is compiled on a worker thread, and an invalid schema is
+still a 400 (an `error` frame) there, before the first chunk.
 `stream` drives the engine and turns its tokens into chunks; closing the
 returned iterator closes the engine's iterator, which is how cancellation and
 client disconnects reach the engine.
@@ -32,13 +35,16 @@ from realtime.chat.delta import DeltaGenerator, new_completion_id
 from realtime.chat.logprobs import format_logprobs
 from realtime.chat.reasoning.registry import resolve_reasoning_parser
 from realtime.chat.stops import StopMatcher
+from realtime.chat.tools.base import tool_specs
 from realtime.chat.tools.choice import ToolChoiceError
 from realtime.chat.tools.events import OutputEvent, fold_events
 from realtime.chat.tools.output import ChatOutputParser, build_output_parser
 from realtime.chat.tools.registry import resolve_tool_parser
+from realtime.constrain import ConstraintLimits
 from realtime.engine.base import Engine, EngineRequest, SessionAwareEngine
 from realtime.model.generation import FinishReason
 from realtime.pipeline.budget import OutputAsk, PromptOverflow, TokenBudget
+from realtime.pipeline.constraints import ConstraintPlan, Constraints
 from realtime.pipeline.engine_requests import EngineRequestBuilder
 from realtime.pipeline.generation import text_steps
 from realtime.pipeline.sampling import check_token_ids
@@ -66,6 +72,8 @@ class PreparedChat:
     output: ChatOutputParser
     #: The template input, kept only when the answer's next turn is to be warmed.
     next_turn: TemplateInput | None = None
+    #: The constraint still to compile (`constrain()` puts it on the engine request).
+    constraint: ConstraintPlan | None = None
 
 
 class ChatPipeline:
@@ -78,6 +86,7 @@ class ChatPipeline:
         speculative_timeout: float = 30.0,
         max_speculative: int = 8,
         max_tokens_cap: int | None = None,
+        constraint_limits: ConstraintLimits | None = None,
     ):
         """`tool_parser`/`reasoning_parser`: a parser name, "auto" (chosen from the
         chat template when it clearly matches a family) or "none". Unknown names
@@ -87,7 +96,10 @@ class ChatPipeline:
         hint); `max_speculative`: warm-ups pending at once (the oldest goes).
 
         `max_tokens_cap`: the server's cap on an answer's tokens (`--max-tokens-cap`),
-        shared with the text-completion pipeline built on this one."""
+        shared with the text-completion pipeline built on this one.
+
+        `constraint_limits`: what a client may ask the grammar engine to compile
+        (`--max-schema-bytes`, `--max-schema-depth`, `--grammar-cache-size`)."""
         self.engine = engine
         self.speculative = SpeculativePrefill(
             engine, timeout=speculative_timeout, max_pending=max_speculative
@@ -96,6 +108,8 @@ class ChatPipeline:
         self.model_name = info.name
         #: the path to engine requests, shared with `CompletionPipeline`
         self.requests = EngineRequestBuilder(engine, info.name, TokenBudget(max_tokens_cap))
+        #: constrained decoding's plans and compiler, shared with `CompletionPipeline`
+        self.constraints = Constraints(engine, constraint_limits)
         self.tool_parser = resolve_tool_parser(tool_parser, info.chat_template.source)
         self.reasoning_parser = resolve_reasoning_parser(
             reasoning_parser, info.chat_template.source
@@ -161,13 +175,12 @@ class ChatPipeline:
                 "start the server with --tool-parser",
                 param="tool_choice",
             )
+        tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
         try:
             output = build_output_parser(
                 tool_parser=self.tool_parser,
                 reasoning_parser=self.reasoning_parser,
-                tools=[t.model_dump(exclude_none=True) for t in request.tools]
-                if request.tools
-                else None,
+                tools=tools,
                 tool_choice=request.tool_choice,
                 parallel_tool_calls=request.parallel_tool_calls,
                 chat_template_kwargs=request.chat_template_kwargs,
@@ -176,6 +189,15 @@ class ChatPipeline:
             )
         except ToolChoiceError as exc:
             raise InvalidRequestError(str(exc), param="tool_choice") from None
+        response_format = request.response_format
+        plan = self.constraints.plan_chat(
+            response_format=response_format.model_dump(by_alias=True, exclude_none=True)
+            if response_format is not None
+            else None,
+            tools=tool_specs(tools),
+            tool_parser=self.tool_parser,
+            output=output,
+        )
         warm = conversation is not None and _wants_warmup(request) and self.speculative.enabled
         return PreparedChat(
             request,
@@ -185,7 +207,19 @@ class ChatPipeline:
             request.top_logprobs or 0,
             output,
             next_turn=conversation if warm else None,
+            constraint=plan,
         )
+
+    async def constrain(self, prepared: PreparedChat) -> None:
+        """Compile the request's constraint (off the event loop) onto its engine request.
+
+        Transports await this right after `prepare`, before they commit to an
+        answer: an unenforceable schema is an InvalidRequestError here. `stream`
+        calls it too (then it does nothing), so no constraint is ever skipped.
+        """
+        plan, prepared.constraint = prepared.constraint, None
+        if plan is not None:
+            prepared.engine_request.constraint = await self.constraints.compile(plan)
 
     def _template_input(self, request: ChatCompletionRequest) -> TemplateInput | None:
         """What the chat template gets; None when the client sent token ids instead."""
@@ -224,6 +258,7 @@ class ChatPipeline:
 
     async def stream(self, prepared: PreparedChat) -> AsyncGenerator[dict[str, Any], None]:
         """Chunks for one request. Engine faults end it with an `error` finish, then raise."""
+        await self.constrain(prepared)
         tokenizer = self.engine.info.tokenizer
         delta, stops, output = prepared.delta, prepared.stops, prepared.output
         # Parsers must see their markers; some ([TOOL_CALLS], [THINK]) are special tokens.
@@ -266,7 +301,11 @@ class ChatPipeline:
                     if finish is FinishReason.ERROR:
                         raise EngineError(step.error or "the engine failed while generating")
             assert finish is not None  # text_steps ends on the finishing step or raises
-            violation = output.tool_choice_violation()
+            # A safety net (engines that constrain enforce tool_choice by grammar); an
+            # answer cut off by max_tokens ends with "length" instead, like any other.
+            violation = (
+                output.tool_choice_violation() if finish is not FinishReason.LENGTH else None
+            )
             if violation is not None:
                 raise ToolChoiceNotSatisfiedError(violation, param="tool_choice")
         except EngineError:
@@ -317,11 +356,6 @@ def _reject_unsupported(request: ChatCompletionRequest) -> None:
     if request.n is not None and request.n > 1:
         raise UnsupportedFeatureError(
             "n > 1 is not supported; send one request per choice", param="n"
-        )
-    if request.response_format is not None and request.response_format.type != "text":
-        raise UnsupportedFeatureError(
-            f"response_format {request.response_format.type!r} is not supported yet",
-            param="response_format",
         )
     if request.modalities and set(request.modalities) - {"text"}:
         raise UnsupportedFeatureError("only the text modality is supported", param="modalities")

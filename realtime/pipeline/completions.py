@@ -25,6 +25,7 @@ from realtime.chat.stops import StopMatcher
 from realtime.engine.base import EngineRequest
 from realtime.pipeline.budget import OutputAsk, PromptOverflow
 from realtime.pipeline.chat import ChatPipeline
+from realtime.pipeline.constraints import ConstraintPlan
 from realtime.pipeline.generation import text_steps
 from realtime.pipeline.sampling import check_token_ids
 from realtime.protocol.completions import CompletionRequest
@@ -37,6 +38,9 @@ class PreparedCompletion:
     engine_requests: list[EngineRequest]
     prompt_texts: list[str]
     chunks: CompletionChunks
+    #: The `response_format` constraint still to compile (`constrain()`), shared by
+    #: every choice: each starts its own matcher from it.
+    constraint: ConstraintPlan | None = None
 
 
 class CompletionPipeline:
@@ -98,10 +102,26 @@ class CompletionPipeline:
             system_fingerprint=chat.system_fingerprint,
             completion_id=completion_id,
         )
-        return PreparedCompletion(request, engine_requests, texts, chunks)
+        response_format = request.response_format
+        plan = chat.constraints.plan_completion(
+            response_format.model_dump(by_alias=True, exclude_none=True)
+            if response_format is not None
+            else None
+        )
+        return PreparedCompletion(request, engine_requests, texts, chunks, plan)
+
+    async def constrain(self, prepared: PreparedCompletion) -> None:
+        """Compile the `response_format` constraint onto every choice's engine request
+        (see `ChatPipeline.constrain`; `stream` calls it too)."""
+        plan, prepared.constraint = prepared.constraint, None
+        if plan is not None:
+            compiled = await self.chat.constraints.compile(plan)
+            for engine_request in prepared.engine_requests:
+                engine_request.constraint = compiled
 
     async def stream(self, prepared: PreparedCompletion) -> AsyncGenerator[dict[str, Any], None]:
         """Chunks of every choice; closing this closes every choice's engine iterator."""
+        await self.constrain(prepared)
         queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
         tasks = [
             asyncio.create_task(self._choice(prepared, index, queue))

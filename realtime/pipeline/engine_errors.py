@@ -2,11 +2,14 @@
 
 Engines raise `realtime.engine.errors` (the request cannot run, the engine cannot
 take requests, generation failed); a client gets an OpenAI error: a 400 naming
-the field at fault, a 503 (1011 on a socket) or a 500 `engine_error`.
+the field at fault, a 503 (1011 on a socket) or a 500 `engine_error`. The grammar
+engine's `ConstraintError` (a schema or tool choice that cannot be enforced) is a
+400 naming the field it came from.
 """
 
 from __future__ import annotations
 
+from realtime.constrain.errors import ConstraintError
 from realtime.engine.errors import (
     EngineRequestError,
     EngineUnavailable,
@@ -40,3 +43,8 @@ def client_error(error: GenerationError) -> RealtimeError:
     if isinstance(error, EngineUnavailable):
         return EngineUnavailableError(error.message)
     return EngineError(error.message)
+
+
+def constraint_error(error: ConstraintError) -> InvalidRequestError:
+    """A schema or tool choice the grammar engine refused: the request's own fault."""
+    return InvalidRequestError(error.message, param=error.param)

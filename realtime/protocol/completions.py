@@ -16,7 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from realtime.protocol.errors import InvalidRequestError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits, check_stop_strings
-from realtime.protocol.request import GenerationRequest, validation_error_to_client
+from realtime.protocol.request import (
+    GenerationRequest,
+    ResponseFormat,
+    validation_error_to_client,
+)
 
 TokenId = Annotated[int, Field(ge=0)]
 Prompt = str | list[str] | list[TokenId] | list[list[TokenId]]
@@ -34,6 +38,8 @@ class CompletionRequest(GenerationRequest):
     logprobs: int | None = Field(default=None, ge=0, le=5)
     echo: bool | None = None
     suffix: str | None = None
+    #: As in chat (vLLM accepts it here too): JSON modes constrain each choice.
+    response_format: ResponseFormat | None = None
 
     @model_validator(mode="after")
     def _check_prompts(self) -> CompletionRequest:

@@ -171,8 +171,9 @@ class EngineError(RealtimeError):
 class ToolChoiceNotSatisfiedError(EngineError):
     """The model answered without the tool call `tool_choice` demanded.
 
-    Generation is not constrained yet, so compliance is checked on the output;
-    sampling again may comply, hence retryable. Only this request fails.
+    Engines that cannot constrain generation (echo, scripted) are checked on the
+    output (on the others this is a safety net behind the grammar); sampling again
+    may comply, hence retryable. Only this request fails.
     """
 
     default_code = "tool_choice_not_satisfied"

@@ -52,9 +52,6 @@ class StateMachine:
         except KeyError:
             raise IllegalTransition(f"{self.name}: {event!r} in state {state!r}") from None
 
-    def allows(self, state: str, event: str) -> bool:
-        return (state, event) in self._table
-
     def mermaid(self) -> str:
         """The table as a Mermaid state diagram (what docs/protocol.md embeds)."""
         lines = ["stateDiagram-v2", f"    [*] --> {self.initial}"]
@@ -63,15 +60,6 @@ class StateMachine:
             lines.append(f"    {t.source} --> {t.target}: {label}")
         lines.extend(f"    {state} --> [*]" for state in sorted(self.final))
         return "\n".join(lines)
-
-    def markdown_table(self) -> str:
-        rows = [
-            "| State | Event | Next state | What the client sees |",
-            "| --- | --- | --- | --- |",
-        ]
-        for t in self.transitions:
-            rows.append(f"| `{t.source}` | {t.event} | `{t.target}` | {t.effect or '-'} |")
-        return "\n".join(rows)
 
 
 class SocketState(str, Enum):

@@ -8,3 +8,42 @@ and receives is a dialect's business (`dialect.py`): it parses frames into
 commands (`commands.py`) and renders the core's answers as frames. The chat-frame
 dialect of /v1/realtime is `chat_frames.py`.
 """
+
+from realtime.session.actions import Action
+from realtime.session.commands import (
+    Cancel,
+    CloseGracefully,
+    CloseWith,
+    Command,
+    Frame,
+    Reply,
+    Submit,
+)
+from realtime.session.core import CoreLimits, SessionCore
+from realtime.session.dialect import (
+    Dialect,
+    DialectContext,
+    DialectFactory,
+    DoneStatus,
+    SessionView,
+)
+from realtime.session.record import RequestRecord
+
+__all__ = [
+    "Action",
+    "Cancel",
+    "CloseGracefully",
+    "CloseWith",
+    "Command",
+    "CoreLimits",
+    "Dialect",
+    "DialectContext",
+    "DialectFactory",
+    "DoneStatus",
+    "Frame",
+    "Reply",
+    "RequestRecord",
+    "SessionCore",
+    "SessionView",
+    "Submit",
+]

@@ -52,10 +52,23 @@ Reproduced, as the source does it:
   past the tokenizer's vocabulary masked, temperature < 0.01 meaning top_k = 1,
   softmax, top_k, top_p (largest tokens whose mass stays within top_p), min_p,
   top-k outputs sorted with zero-probability filler ids, multinomial draw at
-  `random * 0.9998`, the chosen token's final probability.
+  `random * 0.9998`, the chosen token's final probability;
+- filters (`ExLlamaV2Filter`'s API, called as generator/dynamic.py and
+  generator/sampler.py call them; see `_sample` and `receive_sample`): before a
+  job's first sample `background_drop()` then `begin("")`; after the blocked
+  tokens and the token bias, either every filter's prepared mask
+  (`get_next(mask=True)` must be True, then `mask_logits` on the job's flat
+  logits row) when all `can_mask_logits()`, or the intersection of their
+  `get_next()` pass tokens and the union of their end tokens (a single passing
+  token is taken without sampling when no top tokens are asked for;
+  `filter_prefer_eos`), and `end_filter` when the sampled token is an end token;
+  then `feed` with the sampled token as a (1, 1) tensor, and the filters queued
+  for `background_prepare_logit_mask` (or `background_next`) on the generator's
+  filter pool, started right after the next decode pass is launched; a job ends
+  with `eos_reason` "end_filter" after the stop-token and length checks.
 
 Not reproduced (using them raises NotImplementedError, so a test cannot silently
-rely on them): stop strings and banned strings, filters, token healing, CFG,
+rely on them): stop strings and banned strings, token healing, CFG,
 embeddings, logits output, draft models and n-gram drafting, and the samplers
 typical, tfs, top_a, mirostat, XTC, DRY, smoothing, skew, dynamic temperature and
 temperature_last. Also not modelled: defragmentation (it moves KV between pages
@@ -81,6 +94,7 @@ import threading
 import time
 import types
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -380,8 +394,12 @@ def _sample(
     tokenizer_vocab: int,
     return_top_tokens: int,
     blocked_tokens: list[int] | None,
-) -> tuple[int, list[int], list[float], float]:
-    """`ExLlamaV2Sampler.sample` + `sample_basic` for one row: token, top-k ids/probs, prob."""
+    filters: list[Any] | None = None,
+    filter_prefer_eos: bool = False,
+    eos_token_id: int | None = None,
+) -> tuple[int, list[int], list[float], float, bool]:
+    """`ExLlamaV2Sampler.sample` + `sample_basic` for one row: token, top-k ids/probs,
+    prob, and whether a filter ended (sampler.py, 0.3.2)."""
     _check_modelled(s)
     logits = list(logits)
     vocab = len(logits)
@@ -411,6 +429,33 @@ def _sample(
             f"token_bias has shape {tuple(s.token_bias.shape)}, logits have {vocab} entries"
         )
         logits = [a + b for a, b in zip(logits, s.token_bias.tolist(), strict=True)]
+    end_tokens: set[int] | None = None
+    if filters and all(f.can_mask_logits() for f in filters):
+        # sampler.py 436-444: each filter's precomputed mask, on the (1, 1, vocab) row.
+        row = torch.tensor(logits, dtype=torch.float).view(1, 1, -1)
+        for f in filters:
+            assert f.get_next(mask=True) is True, (
+                "Attempting to use precomputed logit mask, but filter is not precomputing mask"
+            )
+            flat = row[0][0]
+            row = f.mask_logits(flat).view(1, 1, -1)
+        logits = row.view(-1).tolist()
+    elif filters:
+        # sampler.py 446-491: intersect the pass tokens, unite the end tokens.
+        pass_tokens: set[int] | None = None
+        for f in filters:
+            pt, et = f.get_next()
+            if pt is not None:
+                pass_tokens = set(pt) if pass_tokens is None else pass_tokens & set(pt)
+                end_tokens = set(et) if end_tokens is None else end_tokens | set(et)
+        if pass_tokens is not None:
+            assert len(pass_tokens), "Filter excluded all tokens"
+            if len(pass_tokens) == 1 and return_top_tokens == 0:
+                (single,) = pass_tokens
+                return single, [], [], 1.0, single in (end_tokens or set())
+            if filter_prefer_eos and eos_token_id in pass_tokens:
+                pass_tokens = {eos_token_id}
+            logits = [v if t in pass_tokens else -math.inf for t, v in enumerate(logits)]
     for t in range(tokenizer_vocab, vocab):
         logits[t] = -math.inf
 
@@ -467,7 +512,8 @@ def _sample(
     while index > 0 and cands[index][0] == 0.0:
         index -= 1
     prob, token = cands[index]
-    return token, top_ids, top_probs, prob
+    end_filter = bool(filters) and end_tokens is not None and token in end_tokens
+    return token, top_ids, top_probs, prob, end_filter
 
 
 # --- exllamav2.generator.dynamic ---
@@ -672,7 +718,6 @@ class ExLlamaV2DynamicJob:
             "input_ids must reside in system memory"
         )
         unmodelled = {
-            "filters": bool(filters),
             "token_healing": token_healing,
             "banned_strings": bool(banned_strings),
             "embeddings": bool(embeddings),
@@ -718,6 +763,9 @@ class ExLlamaV2DynamicJob:
         if self.stop_strings:
             raise NotImplementedError("the fake job does not model stop strings")
         self.stop_tokens_list = list(self.stop_tokens)
+        # Lines 1799-1802.
+        self.filters: list[Any] = filters if filters is not None else []
+        self.filter_prefer_eos = filter_prefer_eos
 
         self.time_enqueue: float | None = None
         self.time_first_prefill: float | None = None
@@ -984,6 +1032,31 @@ class ExLlamaV2DynamicJob:
                     page.can_revert = False
         return out
 
+    def receive_logits(
+        self, logits: list[float]
+    ) -> tuple[int, list[int], list[float], float, bool]:
+        """Lines 1855-1902: start the filters before the first sample, ban stop tokens
+        before min_new_tokens, sample (with the filters)."""
+        gen = self.generator
+        assert gen is not None
+        if self.new_tokens == 0:
+            for f in self.filters:
+                f.background_drop()
+                f.begin("")
+        blocked = self.stop_tokens_list if self.new_tokens < self.min_new_tokens else None
+        return _sample(
+            logits,
+            self.gen_settings,
+            self.sequence_ids,
+            self.rng.random(),
+            gen.tokenizer.get_vocab_size(),
+            self.return_top_tokens,
+            blocked,
+            self.filters,
+            self.filter_prefer_eos,
+            gen.tokenizer.eos_token_id,
+        )
+
     def receive_sample(
         self,
         token: int,
@@ -991,12 +1064,26 @@ class ExLlamaV2DynamicJob:
         top_probs: list[float],
         prob: float,
         results: list[Any],
+        filter_eos: bool = False,
     ) -> bool:
-        """Lines 1905-2003 (the fake takes the sampled token as ints): accept the token,
-        hash a page it completes, then stream (the `emit` closure)."""
+        """Lines 1905-2003 (the fake takes the sampled token as ints): feed the filters
+        and queue them for the next mask, accept the token, hash a page it completes,
+        then stream (the `emit` closure)."""
         gen = self.generator
         assert gen is not None
         page_size = gen.page_size
+        # Lines 1918-1935: feed, then queue a background mask (or pass list) per filter.
+        all_mask = True
+        for f in self.filters:
+            f.feed(torch.tensor([[token]], dtype=torch.long))
+            if not f.can_mask_logits() or not f.use_background_worker():
+                all_mask = False
+        if gen.filter_queue is not None:
+            for f in self.filters:
+                if all_mask:
+                    gen.filter_queue.append((f, True))
+                elif f.use_background_worker():
+                    gen.filter_queue.append((f, False))
         self.new_tokens += 1
         for seq in self.sequences:
             seq.sequence_ids.append(token)
@@ -1041,6 +1128,8 @@ class ExLlamaV2DynamicJob:
             return self._emit(results, eos=True, reason="stop_token", stop_token=token)
         if self.new_tokens >= self.max_new_tokens:
             return self._emit(results, eos=True, emit_held=True, reason="max_new_tokens")
+        if filter_eos:  # lines 2130-2133
+            return self._emit(results, eos=True, emit_held=True, reason="end_filter")
         if 1 <= self.held_text.count("\ufffd") < 5:
             decoded = gen.tokenizer.decode(
                 torch.tensor([self.held_tokens], dtype=torch.long), self.decode_special_tokens
@@ -1133,6 +1222,7 @@ class ExLlamaV2DynamicGenerator:
         num_draft_tokens: int = 4,
         use_ngram_draft: bool = False,
         paged: bool = True,
+        filter_background_eval: bool = True,
         **kwargs: Any,
     ):
         if draft_model is not None or use_ngram_draft:
@@ -1189,6 +1279,12 @@ class ExLlamaV2DynamicGenerator:
             assert self.max_chunk_size % self.page_size == 0, (
                 f"max_chunk_size must be multiple of {self.page_size}, received {max_chunk_size}"
             )
+        # Lines 457-462: filters' masks are computed on a pool while the GPU works.
+        self.filter_pool: ThreadPoolExecutor | None = None
+        self.filter_queue: list[tuple[Any, bool]] | None = None
+        if filter_background_eval:
+            self.filter_pool = ThreadPoolExecutor(max_workers=16)
+            self.filter_queue = []
         self.job_serial = 0
         self.pending_jobs: list[ExLlamaV2DynamicJob] = []
         self.active_jobs: list[ExLlamaV2DynamicJob] = []
@@ -1313,24 +1409,23 @@ class ExLlamaV2DynamicGenerator:
                 job.time_first_token = time.time()
             job.get_input_ids_list(add_to_cache=True)
         self.forward("gen", batch, len(batch))
+        # Lines 1211-1220: the pass is launched; start the queued filters' work.
+        if self.filter_queue:
+            assert self.filter_pool is not None
+            for f, mask in self.filter_queue:
+                if mask:
+                    f.background_prepare_logit_mask(self.filter_pool)
+                else:
+                    f.background_next(self.filter_pool)
+            self.filter_queue.clear()
         completed = []
-        vocab = self.tokenizer.get_vocab_size()
         for job in batch:
             # The model's head is as wide as the padded vocabulary.
             logits = list(state.logits_fn(list(job.sequence_ids), len(job.input_ids)))
             logits = logits[: self.padded_vocab_size]
             logits += [0.0] * (self.padded_vocab_size - len(logits))
-            blocked = job.stop_tokens_list if job.new_tokens < job.min_new_tokens else None
-            token, top_ids, top_probs, prob = _sample(
-                logits,
-                job.gen_settings,
-                job.sequence_ids,
-                job.rng.random(),
-                vocab,
-                job.return_top_tokens,
-                blocked,
-            )
-            if job.receive_sample(token, top_ids, top_probs, prob, results):
+            token, top_ids, top_probs, prob, filter_eos = job.receive_logits(logits)
+            if job.receive_sample(token, top_ids, top_probs, prob, results, filter_eos):
                 completed.append(job)
         for job in completed:
             job.deallocate_pages()
@@ -1382,6 +1477,7 @@ def install(
     generator.dynamic = dynamic  # type: ignore[attr-defined]
     attn = types.ModuleType("exllamav2.attn")
     attn.has_flash_attn_with_paged = paged_attention  # type: ignore[attr-defined]
+    attn.has_flash_attn = paged_attention  # type: ignore[attr-defined]
     attn.assert_paged_attn = assert_paged_attn  # type: ignore[attr-defined]
     package.generator = generator  # type: ignore[attr-defined]
     package.attn = attn  # type: ignore[attr-defined]

@@ -21,7 +21,7 @@ from typing import Any
 from starlette.websockets import WebSocket
 
 from realtime.asgi.access import deny_websocket
-from realtime.auth import SUBPROTOCOL
+from realtime.asgi.auth import SUBPROTOCOL
 from realtime.observability.logs import event
 from realtime.observability.metrics import Metrics, close_code_label
 from realtime.protocol.close_codes import CloseCode, truncate_reason

@@ -289,6 +289,7 @@ class RealtimeSession:
                 session_id=self.session_id,
                 size=request.size,
             )
+            await self.pipeline.constrain(prepared)  # before the first chunk: errors are 400s
             if streaming:
                 timer = request.timer = RequestTimer(self.metrics, TRANSPORT, request.received_at)
                 put, render = self._outbox.put, self.dialect.render_chunk
@@ -438,7 +439,8 @@ class RealtimeSession:
             log.debug("outbox full while ending; frame dropped with the socket")
 
     def _count_sent(self, kind: str) -> None:
-        counter = self._sent.get(kind)
-        if counter is None:
-            counter = self._sent[kind] = self.metrics.frames_out.labels(kind)
-        counter.inc()
+        try:
+            self._sent[kind].inc()  # once per frame: no call more than needed
+        except KeyError:  # a kind this dialect added: its counter, made once
+            self._sent[kind] = self.metrics.frames_out.labels(kind)
+            self._sent[kind].inc()

@@ -95,6 +95,16 @@ def test_salts_are_isolated_and_cancel_stops_the_engine(dry_run: Path) -> None:
     assert cancel["steps_after_read_max"] < doc["sizes"]["cancel_answer"] // 10
 
 
+def test_constrained_answers_validate_on_the_engine(dry_run: Path) -> None:
+    """The fake follows exllamav2's filter API, so the driver's structured-output check
+    passes here as it must on a GPU: every sampled answer validates."""
+    doc = json.loads((dry_run / "gpu-proof.json").read_text())
+    shaped = doc["structured"]
+    assert shaped["samples"] == doc["sizes"]["structured_samples"] > 0
+    assert shaped["json_schema_valid"] == shaped["samples"], shaped["failures"]
+    assert shaped["tool_required_valid"] == shaped["samples"], shaped["failures"]
+
+
 def test_the_markdown_table_says_dry_run(dry_run: Path) -> None:
     table = (dry_run / "gpu-proof.md").read_text()
     assert "**Dry run**" in table

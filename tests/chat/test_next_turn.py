@@ -18,7 +18,7 @@ from realtime.chat.next_turn import PLACEHOLDER, next_turn_prefix
 from realtime.chat.tools.events import ParsedOutput, ParsedToolCall
 from realtime.model.template import ChatTemplate
 from realtime.protocol.errors import InvalidRequestError
-from realtime.tiny_model import CHATML_TEMPLATE, LLAMA3_TEMPLATE
+from realtime.testing.tiny_model import CHATML_TEMPLATE, LLAMA3_TEMPLATE
 
 TEMPLATES = Path(__file__).parent.parent / "model" / "templates"
 SPECIALS = {

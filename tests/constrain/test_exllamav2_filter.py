@@ -111,7 +111,7 @@ def test_the_mask_path_gives_valid_answers(
     background: bool,
 ) -> None:
     binding = compiler.binding
-    flt = GrammarFilter(compiler, json_schema_grammar(TICKET))
+    flt = GrammarFilter(compiler.compile(json_schema_grammar(TICKET)))
     ids, reason = run_job(
         flt,
         random_steps(binding.width, seed),
@@ -128,7 +128,7 @@ def test_the_list_path_gives_valid_answers_and_ends_the_filter(
     compiler: ConstraintCompiler, tiny_tokenizer: Tokenizer, pool: ThreadPoolExecutor, seed: int
 ) -> None:
     binding = compiler.binding
-    flt = GrammarFilter(compiler, json_schema_grammar(TICKET))
+    flt = GrammarFilter(compiler.compile(json_schema_grammar(TICKET)))
     ids, reason = run_job(
         flt,
         random_steps(binding.width, seed),
@@ -144,7 +144,7 @@ def test_the_list_path_gives_valid_answers_and_ends_the_filter(
 def test_next_reports_the_allowed_ids_and_the_eos_among_them(
     compiler: ConstraintCompiler, tiny_tokenizer: Tokenizer
 ) -> None:
-    flt = GrammarFilter(compiler, json_schema_grammar({"type": "boolean"}))
+    flt = GrammarFilter(compiler.compile(json_schema_grammar({"type": "boolean"})))
     flt.begin("")
     pass_tokens, end_tokens = flt.next()
     assert pass_tokens == sorted(pass_tokens) and not end_tokens
@@ -155,7 +155,7 @@ def test_next_reports_the_allowed_ids_and_the_eos_among_them(
 
 
 def test_begin_restarts_the_answer(compiler: ConstraintCompiler, tiny_tokenizer: Tokenizer) -> None:
-    flt = GrammarFilter(compiler, json_schema_grammar({"type": "boolean"}))
+    flt = GrammarFilter(compiler.compile(json_schema_grammar({"type": "boolean"})))
     flt.begin("")
     fresh = flt.next()
     for token in tiny_tokenizer.encode("tr", add_special_tokens=False).ids:
@@ -168,7 +168,7 @@ def test_begin_restarts_the_answer(compiler: ConstraintCompiler, tiny_tokenizer:
 def test_clone_continues_from_the_same_state(
     compiler: ConstraintCompiler, tiny_tokenizer: Tokenizer
 ) -> None:
-    flt = GrammarFilter(compiler, json_schema_grammar({"type": "boolean"}))
+    flt = GrammarFilter(compiler.compile(json_schema_grammar({"type": "boolean"})))
     for token in tiny_tokenizer.encode("fa", add_special_tokens=False).ids:
         flt.feed(token)
     copy = flt.clone()
@@ -180,7 +180,7 @@ def test_a_token_the_grammar_refused_ends_the_answer_with_an_error(
 ) -> None:
     """A token fed past the mask (exllamav2's min_new_tokens ban can override it) puts
     the filter in error: the mask then allows only EOS and `error` says why."""
-    flt = GrammarFilter(compiler, json_schema_grammar({"type": "boolean"}))
+    flt = GrammarFilter(compiler.compile(json_schema_grammar({"type": "boolean"})))
     flt.begin("")
     (bad,) = tiny_tokenizer.encode("x", add_special_tokens=False).ids
     flt.feed(torch.tensor([[bad]]))
@@ -193,7 +193,7 @@ def test_a_token_the_grammar_refused_ends_the_answer_with_an_error(
 
 def test_mask_logits_fits_a_wider_logits_tensor(compiler: ConstraintCompiler) -> None:
     """exllamav2 pads its vocabulary (`padded_vocab_size`): ids past the mask are excluded."""
-    flt = GrammarFilter(compiler, json_schema_grammar({"type": "boolean"}))
+    flt = GrammarFilter(compiler.compile(json_schema_grammar({"type": "boolean"})))
     flt.begin("")
     logits = torch.zeros(compiler.binding.width + 64)
     out = flt.mask_logits(logits)

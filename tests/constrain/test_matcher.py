@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from tokenizers import Tokenizer
 
-from realtime.constrain import BannedTokens, ConstraintLimits, json_schema_grammar
+from realtime.constrain import BannedTokens, ConstraintError, ConstraintLimits, json_schema_grammar
 from realtime.constrain.logits import unpack_bitmask
-from realtime.constrain.matcher import ConstraintCompiler, GrammarMatcher
+from realtime.constrain.matcher import ConstraintCompiler, GrammarMatcher, allowed_rows
 from realtime.constrain.tokenizer import TokenizerBinding
 
 ENUM = {"type": "string", "enum": ["red", "green"]}
@@ -117,3 +118,57 @@ def test_a_bitmask_row_of_the_wrong_shape_is_refused_before_any_write(
             assert "bitmask row" in str(exc)
         else:
             raise AssertionError(f"accepted a row of shape {tuple(row.shape)}")
+
+
+def test_a_compiled_constraint_starts_matchers_without_the_compilers_cache(
+    binding: TokenizerBinding,
+) -> None:
+    """What an engine request carries: its matchers never compile, even once the
+    compiler's cache has dropped the grammar (no compile on an engine's thread)."""
+    compiler = ConstraintCompiler(binding, ConstraintLimits(cache_size=1))
+    spec = json_schema_grammar({"type": "boolean"})
+    assert compiler.cached(spec) is None
+    compiled = compiler.compile(spec)
+    assert compiled.ends_answer and compiled.param == "response_format"
+    assert compiler.cached(spec) is not None and compiler.compiles == 1
+    compiler.compile(json_schema_grammar({"type": "integer"}))  # evicts the boolean grammar
+    assert compiler.cached(spec) is None
+    first, second = compiled.start(), compiled.start()
+    assert compiler.compiles == 2
+    (t,) = binding.ll.tokenize_str("t")[:1]
+    assert first.advance(t) and not torch.equal(first.allowed(), second.allowed())
+
+
+def test_a_ban_needs_no_compilation_and_never_ends_the_answer(
+    compiler: ConstraintCompiler,
+) -> None:
+    ban = BannedTokens(frozenset({5}), "tool_choice", "tool_choice none")
+    compiled = compiler.cached(ban)
+    assert compiled is not None and not compiled.ends_answer
+    assert not compiled.start().allowed()[5]
+
+
+def test_allowed_rows_unpacks_each_matchers_mask_in_one_batch(
+    compiler: ConstraintCompiler, binding: TokenizerBinding, tiny_tokenizer: Tokenizer
+) -> None:
+    grammar = compiler.start(json_schema_grammar(ENUM))
+    for token in _ids(tiny_tokenizer, '"gr'):
+        assert grammar.advance(token)
+    ban = compiler.start(BannedTokens(frozenset({7}), "tool_choice", "tool_choice none"))
+    fresh = compiler.start(json_schema_grammar(ENUM))
+    rows = allowed_rows([grammar, ban, fresh], binding)
+    assert rows.shape == (3, binding.width) and rows.dtype == torch.bool
+    for row, matcher in zip(rows, (grammar, ban, fresh), strict=True):
+        assert torch.equal(row, matcher.allowed())
+    assert not torch.equal(rows[0], rows[2])
+
+
+def test_a_grammar_that_cannot_start_an_answer_is_refused_when_compiled(
+    compiler: ConstraintCompiler,
+) -> None:
+    """A schema that only refers to itself compiles, but its first mask fails: that is
+    found on the compiling thread (the request's 400), not in the middle of an answer."""
+    for schema in ({"$ref": "#"}, {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}):
+        with pytest.raises(ConstraintError, match="no answer can start") as refused:
+            compiler.compile(json_schema_grammar(schema))
+        assert refused.value.param == "response_format"

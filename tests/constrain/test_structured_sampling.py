@@ -16,13 +16,9 @@ import pytest
 import torch
 
 from realtime.chat.tools import ToolSpec
+from realtime.chat.tools.grammar import tool_call_grammar, tool_markers_ban
 from realtime.chat.tools.hermes import HermesToolParser
-from realtime.constrain import (
-    json_object_grammar,
-    json_schema_grammar,
-    tool_call_grammar,
-    tool_markers_ban,
-)
+from realtime.constrain import json_object_grammar, json_schema_grammar
 from realtime.constrain.matcher import ConstraintCompiler
 from realtime.constrain.tokenizer import TokenizerBinding
 from realtime.model.model_dir import ModelFiles, load_model_dir

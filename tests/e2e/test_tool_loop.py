@@ -11,7 +11,7 @@ import pytest
 
 from realtime.client import RealtimeClient
 from realtime.config import ServerConfig
-from tests.e2e.scripted_engine import ScriptedEngine
+from realtime.engine.scripted import ScriptedEngine
 
 pytestmark = pytest.mark.anyio
 

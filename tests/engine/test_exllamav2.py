@@ -523,9 +523,7 @@ async def test_pages_filled_while_decoding_stay_with_their_salt(exl, model_dir):
         await outputs(engine, salted(SYSTEM[:200], "a", max_tokens=100))
         follow_up = [*exl.jobs[0].sequence_ids[:256], 9, 9]
         salts = ["a", "b", None, "a"]
-        cached = [
-            cached_of(await outputs(engine, salted(follow_up, salt))) for salt in salts[1:]
-        ]
+        cached = [cached_of(await outputs(engine, salted(follow_up, salt))) for salt in salts[1:]]
     assert cached == [0, 0, 256]
     assert_reuse_within_salts(exl, salts)
 
@@ -536,9 +534,7 @@ async def test_kv_written_only_while_decoding_stays_with_its_salt(exl, model_dir
         await outputs(engine, salted([5], "a", max_tokens=40))
         follow_up = [*exl.jobs[0].sequence_ids[:40], 9]
         salts = ["a", None, "b", "a"]
-        cached = [
-            cached_of(await outputs(engine, salted(follow_up, salt))) for salt in salts[1:]
-        ]
+        cached = [cached_of(await outputs(engine, salted(follow_up, salt))) for salt in salts[1:]]
     assert cached == [0, 0, 40]  # a's partial page, copied for a alone
     assert_reuse_within_salts(exl, salts)
 
@@ -907,6 +903,24 @@ async def test_without_paged_attention_it_runs_one_job_at_a_time(monkeypatch, mo
         outs = await outputs(engine, request(max_tokens=2))
     assert len(ids_of(outs)) == 2
     assert not state.generator.paged and state.generator.max_batch_size == 1
+
+
+@pytest.mark.parametrize("flash_attn", [True, False])
+async def test_without_flash_attn_torch_attention_stays_off_cudnn(
+    monkeypatch, model_dir, flash_attn
+):
+    """cuDNN's SDPA sets up per new key length (46 ms each on an H100): a fresh server
+    decoded at a tenth of its speed until it had seen every length."""
+    import torch
+
+    calls: list[bool] = []
+    monkeypatch.setattr(torch.backends.cuda, "enable_cudnn_sdp", calls.append)
+    state = fake.install(monkeypatch, paged_attention=flash_attn)
+    state.logits_fn = chatty(model_dir)
+    async with running(ExLlamaV2Engine(model_dir)) as engine:
+        outs = await outputs(engine, request(max_tokens=2))
+    assert len(ids_of(outs)) == 2
+    assert calls == ([] if flash_attn else [False])
 
 
 def test_the_registry_builds_it_without_importing_exllamav2(monkeypatch, model_dir):

@@ -11,7 +11,7 @@ from tokenizers import Tokenizer, processors
 
 from realtime.model.hf_tokenizer import HFTokenizer
 from realtime.model.tokenizer import Tokenizer as TokenizerContract
-from realtime.tiny_model import train_tokenizer
+from realtime.testing.tiny_model import train_tokenizer
 
 MULTIBYTE = "Grüße aus München: 你好，世界 🚀🦀 naïve café — 猫 👍🏽 🇫🇷 ŵ"  # noqa: RUF001 - full-width comma on purpose
 

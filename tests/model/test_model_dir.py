@@ -19,7 +19,7 @@ from realtime.model.info import GenerationDefaults, ModelInfo
 from realtime.model.model_dir import ModelDirError, ModelFiles, load_model_dir
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.request import parse_chat_request
-from realtime.tiny_model import train_tokenizer
+from realtime.testing.tiny_model import train_tokenizer
 
 pytest_plugins = ["tests.model_fixtures"]
 

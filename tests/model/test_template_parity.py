@@ -23,7 +23,7 @@ import pytest
 from realtime.model.model_dir import load_model_dir
 from realtime.model.template import ChatTemplate
 from realtime.protocol.errors import InvalidRequestError
-from realtime.tiny_model import train_tokenizer
+from realtime.testing.tiny_model import train_tokenizer
 
 pytest_plugins = ["tests.model_fixtures"]
 

@@ -1,6 +1,6 @@
 """A closed socket's objects are freed by reference counting, not left for the garbage collector.
 
-Why it matters: `realtime serve` tunes the collector to run rarely (`gc_tuning`),
+Why it matters: `realtime serve` tunes the collector to run rarely (`server.tune_gc`),
 so objects kept alive only by a reference cycle wait minutes to hours, and under
 steady connection churn the server's RSS rose for as long as the soak ran. The
 test disables the collector, opens and closes real sockets (requests, a cancel, a

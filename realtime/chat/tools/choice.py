@@ -6,9 +6,11 @@
 * a named function: the parser accepts only that function's name (any other
   call-shaped text stays content, with a warning), and the output must call it.
 
-Nothing here constrains generation, so `required` and named choices are checked
-after the fact: `tool_choice_violation` says, at the end of the output, why it
-does not comply, and the transport turns that into an error. A request whose
+`required` and named choices are checked after the fact as well:
+`tool_choice_violation` says, at the end of the output, why it does not comply,
+and the pipeline turns that into an error. Engines that constrain generation
+enforce these choices by grammar (`grammar.py`), so there the check is a safety
+net; on the others it is the only check. A request whose
 choice cannot even be checked (no tools, a name it did not declare, no tool
 parser configured) is refused before generation by `ToolChoiceError`.
 """

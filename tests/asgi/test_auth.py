@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from realtime.auth import (
+from realtime.asgi.auth import (
     ApiKeys,
     OriginPolicy,
     bearer_token,

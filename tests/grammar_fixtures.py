@@ -1,15 +1,24 @@
-"""A tokenizer bound to the grammar engine, without a model: the tiny model's BPE
-plus the tool-call markers other formats need as special tokens."""
+"""Session fixtures for grammar tests, loaded as a pytest plugin (see tests/conftest.py):
+a tokenizer bound to the grammar engine, without a model - the tiny model's BPE,
+and the same plus the tool-call markers other formats need as special tokens.
+
+The grammar engine and torch are imported inside the fixtures, so a test run that
+uses none of them does not pay for the imports.
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import pytest
 from tokenizers import AddedToken, Tokenizer
 
 from realtime.chat.tools import deepseek_v3, mistral
-from realtime.constrain.matcher import ConstraintCompiler
-from realtime.constrain.tokenizer import TokenizerBinding
-from realtime.tiny_model import train_tokenizer
+from realtime.testing.tiny_model import train_tokenizer
+
+if TYPE_CHECKING:
+    from realtime.constrain.matcher import ConstraintCompiler
+    from realtime.constrain.tokenizer import TokenizerBinding
 
 #: Special tokens of other model families, so their markers are single tokens here.
 EXTRA_MARKERS = (
@@ -25,6 +34,15 @@ EXTRA_MARKERS = (
 PADDING = 5
 
 
+def bind(tokenizer: Tokenizer) -> TokenizerBinding:
+    """`tokenizer` bound as an engine would bind it, with padded logits."""
+    from realtime.constrain.tokenizer import TokenizerBinding
+
+    eos = tokenizer.token_to_id("<|im_end|>")
+    width = tokenizer.get_vocab_size(with_added_tokens=True) + PADDING
+    return TokenizerBinding(tokenizer, eos_token_ids=[eos], logits_width=width)
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer() -> Tokenizer:
     return train_tokenizer()
@@ -33,13 +51,13 @@ def tiny_tokenizer() -> Tokenizer:
 @pytest.fixture(scope="session")
 def binding(tiny_tokenizer: Tokenizer) -> TokenizerBinding:
     """The tiny model's tokenizer as its engine would bind it."""
-    eos = tiny_tokenizer.token_to_id("<|im_end|>")
-    width = tiny_tokenizer.get_vocab_size(with_added_tokens=True) + PADDING
-    return TokenizerBinding(tiny_tokenizer, eos_token_ids=[eos], logits_width=width)
+    return bind(tiny_tokenizer)
 
 
 @pytest.fixture(scope="session")
 def compiler(binding: TokenizerBinding) -> ConstraintCompiler:
+    from realtime.constrain.matcher import ConstraintCompiler
+
     return ConstraintCompiler(binding)
 
 
@@ -54,11 +72,11 @@ def marker_tokenizer() -> Tokenizer:
 
 @pytest.fixture(scope="session")
 def marker_binding(marker_tokenizer: Tokenizer) -> TokenizerBinding:
-    eos = marker_tokenizer.token_to_id("<|im_end|>")
-    width = marker_tokenizer.get_vocab_size(with_added_tokens=True) + PADDING
-    return TokenizerBinding(marker_tokenizer, eos_token_ids=[eos], logits_width=width)
+    return bind(marker_tokenizer)
 
 
 @pytest.fixture(scope="session")
 def marker_compiler(marker_binding: TokenizerBinding) -> ConstraintCompiler:
+    from realtime.constrain.matcher import ConstraintCompiler
+
     return ConstraintCompiler(marker_binding)

@@ -1,11 +1,14 @@
 """Tool calls as grammars: `tool_choice` `required` or a named function, enforced.
 
 The answer is made of tool calls only, written in the markup the configured tool
-parser reads (`realtime.chat.tools`), with each call's arguments constrained by
-its tool's parameter schema. Our own parser therefore always turns the answer
-into calls whose arguments validate. Each format is written in one canonical
-layout (the one its chat templates use), and JSON in the compact `json.dumps`
-layout, so nothing is spent on free whitespace.
+parser reads (the parsers beside this module), with each call's arguments
+constrained by its tool's parameter schema. Our own parser therefore always
+turns the answer into calls whose arguments validate. This module lives with the
+parsers because each grammar is the exact counterpart of one parser's markup;
+the grammar engine underneath (`realtime.constrain`) knows no tool format.
+Each format is written in one canonical layout (the one its chat templates
+use), and JSON in the compact `json.dumps` layout, so nothing is spent on free
+whitespace.
 
 * `parallel=True`: one or more calls; `parallel=False` (`parallel_tool_calls:
   false`): exactly one.

@@ -16,14 +16,9 @@ import pytest
 from tokenizers import Tokenizer
 
 from realtime.chat.tools import ToolSpec, tool_parser_class
+from realtime.chat.tools.grammar import enforceable_parsers, tool_call_grammar, tool_markers_ban
 from realtime.chat.tools.qwen3_coder import Qwen3CoderToolParser
-from realtime.constrain import (
-    ConstraintError,
-    Reasoning,
-    enforceable_parsers,
-    tool_call_grammar,
-    tool_markers_ban,
-)
+from realtime.constrain import ConstraintError, Reasoning
 from realtime.constrain.matcher import ConstraintCompiler
 from realtime.constrain.tokenizer import TokenizerBinding
 from tests.constrain.decode import random_steps, sample_under

@@ -1,16 +1,116 @@
-"""The hardening flags of `realtime serve` reach ServerConfig with their documented defaults."""
+"""The flag table: one flag per `ServerConfig` field, every flag in the docs, and the
+flags of `realtime serve` reaching ServerConfig with their documented defaults."""
 
 from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
 
 import pytest
 
 from realtime.cli import _parser, config_from_args, open_server_warning
 from realtime.config import ServerConfig
+from realtime.config.flags import FLAGS, GROUPS, Flag
+from realtime.config.values import Integer, Number
 from realtime.server import uvicorn_config
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+FIELDS = [field.name for field in dataclasses.fields(ServerConfig)]
 
 
 def _config(*argv: str) -> ServerConfig:
     return config_from_args(_parser().parse_args(["serve", *argv]))
+
+
+# --- the table ----------------------------------------------------------------
+
+
+def test_every_config_field_has_exactly_one_flag():
+    for name in FIELDS:
+        owners = [flag.option for flag in FLAGS if flag.field == name]
+        if name == "engine_options":  # filled by the engine flags, keyword by keyword
+            assert owners == []
+        else:
+            assert len(owners) == 1, f"ServerConfig.{name} is set by {owners or 'no flag'}"
+    keywords = [(flag.engine.engines, flag.engine.keyword) for flag in FLAGS if flag.engine]
+    assert len(keywords) == len(set(keywords)) >= 10
+
+
+def test_every_flag_sets_exactly_one_thing_that_exists():
+    for flag in FLAGS:
+        targets = [flag.field, flag.engine, flag.adds_to]
+        assert sum(target is not None for target in targets) == 1, flag.option
+        for name in (flag.field, flag.adds_to):
+            assert name is None or name in FIELDS, flag.option
+        if flag.adds_to is not None:  # to a field another flag sets, or to the engine's bag
+            assert flag.adds_to == "engine_options" or any(
+                other.field == flag.adds_to for other in FLAGS
+            ), flag.option
+        assert flag.group in GROUPS and flag.help, flag.option
+        assert flag.limit is None or flag.field is not None, flag.option
+    options = [flag.option for flag in FLAGS]
+    assert len(options) == len(set(options))
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    commands = next(
+        action for action in _parser()._actions if isinstance(action, argparse._SubParsersAction)
+    )
+    parser: argparse.ArgumentParser = commands.choices["serve"]
+    return parser
+
+
+def test_the_command_line_has_exactly_the_tables_flags():
+    """A flag added to argparse by hand, outside the table, fails here."""
+    given = {option for action in _serve_parser()._actions for option in action.option_strings}
+    assert given == {flag.option for flag in FLAGS} | {"-h", "--help"}
+
+
+def test_every_flag_is_in_the_docs_with_its_default():
+    flags_md = (DOCS / "flags.md").read_text(encoding="utf-8")
+    protocol_md = (DOCS / "protocol.md").read_text(encoding="utf-8")
+    for flag in FLAGS:
+        assert f"| `{flag.option}` |" in flags_md, flag.option
+        if flag.limit is not None:
+            assert f"| `{flag.option}` |" in protocol_md, flag.option
+    # a default as the docs write it
+    assert "| `--max-frame-bytes` | integer, 1 or more | 8388608 | `max_frame_bytes` |" in flags_md
+    assert "| `--max-json-depth` | integer, 1 to 256 | 64 |" in flags_md
+
+
+def _sample(flag: Flag) -> tuple[list[str], object]:
+    """Arguments that give `flag` a value other than its default, and the field's value."""
+    if flag.kind == "switch":
+        return [flag.option], True
+    if flag.kind == "off":
+        return [flag.option], False
+    if flag.kind == "repeat":
+        return [flag.option, "sk-one", flag.option, "sk-two"], ("sk-one", "sk-two")
+    if flag.none_as is not None and getattr(ServerConfig(), flag.field) is not None:
+        return [flag.option, str(flag.none_as)], None  # `--ws-ping-interval 0`: None
+    if flag.choices is not None:
+        choice = next(c for c in flag.choices if c not in (flag.default(), "auto"))
+        return [flag.option, choice], choice
+    if isinstance(flag.value, (Integer, Number)):
+        value = flag.value.minimum + 1
+        return [flag.option, str(value)], value
+    if flag.value is float:
+        return [flag.option, "0.25"], 0.25
+    return [flag.option, "given"], "given"
+
+
+@pytest.mark.parametrize(
+    "flag", [flag for flag in FLAGS if flag.field is not None], ids=lambda flag: flag.option
+)
+def test_each_flag_reaches_its_field(flag):
+    argv, expected = _sample(flag)
+    config = _config(*argv)
+    assert getattr(config, flag.field) == expected
+    assert getattr(config, flag.field) != getattr(ServerConfig(), flag.field)
+
+
+# --- the command line ---------------------------------------------------------
 
 
 def test_defaults_equal_server_config():
@@ -83,6 +183,9 @@ def test_http_limit_flags_reach_the_config_and_uvicorn():
         ["--gc-threshold", "-1"],
         ["--gc-threshold", "many"],
         ["--log-format", "xml"],
+        ["--port", "70000"],
+        ["--port", "-1"],
+        ["--max-json-depth", "257"],
     ],
 )
 def test_bad_values_are_usage_errors(argv, capsys):
@@ -142,3 +245,13 @@ def test_max_batch_size_belongs_to_both_batching_engines():
     args = _parser().parse_args(["serve", "--engine", "echo", "--max-batch-size", "4"])
     with pytest.raises(ValueError, match="applies to the cpu and exllamav2 engine only"):
         config_from_args(args)
+
+
+def test_engine_flags_reach_the_engine_as_python_values():
+    """--gpu-split gives a list: it used to be looked up in the on/off/auto map (TypeError)."""
+    args = _parser().parse_args(
+        ["serve", "--engine", "exllamav2", "--gpu-split", "20,24", "--paged", "on"]
+    )
+    assert config_from_args(args).engine_options == {"gpu_split": [20.0, 24.0], "paged": True}
+    args = _parser().parse_args(["serve", "--engine", "exllamav2", "--paged", "off"])
+    assert config_from_args(args).engine_options == {"paged": False}

@@ -1,4 +1,4 @@
-"""tune_gc: raises the young generation's threshold and freezes startup objects, or nothing."""
+"""realtime.server.tune_gc: a higher young threshold and frozen startup objects, or nothing."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from realtime.gc_tuning import tune_gc
+from realtime.server import tune_gc
 
 
 @pytest.fixture

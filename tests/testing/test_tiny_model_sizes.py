@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from realtime.tiny_model import ModelSize, cached_tiny_model, main
+from realtime.testing.tiny_model import ModelSize, cached_tiny_model, main
 
 pytest.importorskip("torch")
 

@@ -7,7 +7,7 @@ the byte-level BPE tokenizer is trained on `tiny_model_corpus.txt`, shipped with
 package, and the weights come from `torch.manual_seed(seed)`. The same seed and
 template always give byte-identical files, so tests can rely on exact outputs.
 
-    python -m realtime.tiny_model DIR [--seed N] [--template chatml|llama3]
+    python -m realtime.testing.tiny_model DIR [--seed N] [--template chatml|llama3]
         [--hidden-size N] [--layers N] [--context-length N]
 
 The size options build a larger random model of the same family (benchmarks need a
@@ -36,7 +36,7 @@ from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from realtime.install import CPU_INSTALL_HINT
+from realtime.engine.install import CPU_INSTALL_HINT
 
 #: Trained BPE vocabulary (byte alphabet + merges), before the added tokens.
 BPE_VOCAB_SIZE = 640
@@ -282,7 +282,8 @@ _SAMPLING_DEFAULTS: dict[str, Any] = {
 
 def corpus_text() -> str:
     """The training text shipped with the package."""
-    return resources.files("realtime").joinpath("tiny_model_corpus.txt").read_text("utf-8")
+    corpus = resources.files("realtime.testing").joinpath("tiny_model_corpus.txt")
+    return corpus.read_text("utf-8")
 
 
 def train_tokenizer(text: str | None = None) -> Tokenizer:
@@ -445,7 +446,7 @@ def cached_tiny_model(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m realtime.tiny_model",
+        prog="python -m realtime.testing.tiny_model",
         description="Write a small random-weight model directory (deterministic per seed).",
     )
     parser.add_argument("directory", help="where to write the model (created if needed)")
@@ -464,8 +465,9 @@ def main(argv: list[str] | None = None) -> int:
     missing = _missing_weight_libraries()
     if missing:
         print(
-            f"python -m realtime.tiny_model: writing the weights needs {' and '.join(missing)},"
-            f" which {'is' if len(missing) == 1 else 'are'} not installed: {CPU_INSTALL_HINT}",
+            "python -m realtime.testing.tiny_model: writing the weights needs"
+            f" {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not"
+            f" installed: {CPU_INSTALL_HINT}",
             file=sys.stderr,
         )
         return 1

@@ -17,7 +17,7 @@ from realtime.model.info import ModelInfo
 from realtime.model.template import ChatTemplate
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.request import parse_chat_request
-from realtime.tiny_model import CHATML_TEMPLATE
+from realtime.testing.tiny_model import CHATML_TEMPLATE
 
 pytestmark = pytest.mark.anyio
 

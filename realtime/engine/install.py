@@ -1,4 +1,7 @@
-"""How to install the optional parts, said once for every message that needs to say it.
+"""How to install the CPU engine's optional parts, said once for every message that says it.
+
+The engine's ImportError gives it, and so does `realtime.testing.tiny_model`, which needs the
+same torch and transformers.
 
 The CPU engine's extra is installed with the repository's constraints file, which
 pins the PyTorch release the project is tested with: where that release's CPU

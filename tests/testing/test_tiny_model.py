@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from realtime.model.model_dir import load_model_dir
-from realtime.tiny_model import (
+from realtime.testing.tiny_model import (
     BPE_VOCAB_SIZE,
     CONTROL_TOKENS,
     SPECIAL_TOKENS,
@@ -65,7 +65,7 @@ def test_another_seed_changes_the_weights_only(
 def test_tokenizer_training_does_not_depend_on_the_process() -> None:
     # Rust hash maps are seeded per process; a tie broken by hash order would show here.
     code = (
-        "import hashlib; from realtime.tiny_model import train_tokenizer;"
+        "import hashlib; from realtime.testing.tiny_model import train_tokenizer;"
         "print(hashlib.sha256(train_tokenizer().to_str().encode()).hexdigest())"
     )
     here = hashlib.sha256(train_tokenizer().to_str().encode()).hexdigest()
@@ -178,7 +178,7 @@ def test_without_torch_the_cli_says_so_in_one_line_and_writes_nothing(tmp_path: 
     # As if torch were not installed: an import of it fails.
     code = (
         "import sys; sys.modules['torch'] = None; "
-        "from realtime.tiny_model import main; raise SystemExit(main(sys.argv[1:]))"
+        "from realtime.testing.tiny_model import main; raise SystemExit(main(sys.argv[1:]))"
     )
     result = subprocess.run(
         [sys.executable, "-c", code, str(target)], capture_output=True, text=True, timeout=120
@@ -192,7 +192,7 @@ def test_without_torch_the_cli_says_so_in_one_line_and_writes_nothing(tmp_path: 
 
 
 def test_a_build_that_fails_leaves_no_half_written_directory(tmp_path: Path, monkeypatch) -> None:
-    import realtime.tiny_model as tiny
+    import realtime.testing.tiny_model as tiny
 
     def fail(*args: object, **kwargs: object) -> None:
         raise OSError("disk full")

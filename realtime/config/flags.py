@@ -1,0 +1,724 @@
+"""Every `realtime serve` flag, declared once: `FLAGS`.
+
+One entry says everything about a flag: its name, how its text is parsed and
+which range it must be in (`values.py`), its help, its group, the `ServerConfig`
+field or engine keyword it sets, and, for a limit, its unit and what happens at
+the limit. The command line (`realtime.cli` builds argparse from it), the config
+(`config_from_args` fills `ServerConfig` from it) and the docs (`realtime.docgen`
+writes docs/flags.md and the limits table in docs/protocol.md from it) all read
+this table, and tests/config/test_flags.py checks that every `ServerConfig` field
+has exactly one flag and every flag is in the docs.
+
+A flag's default is its field's default in `ServerConfig` (`settings.py`), which
+embedders get too; engine flags have none here: the engine's constructor holds it.
+To add a flag: a field in `ServerConfig` and one `Flag` here, in the place its
+`--help` line should appear.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from realtime.chat.reasoning.registry import reasoning_parser_names
+from realtime.chat.tools.registry import tool_parser_names
+from realtime.config.settings import ServerConfig
+from realtime.config.values import (
+    COUNT,
+    NON_NEGATIVE_NUMBER,
+    POSITIVE,
+    POSITIVE_NUMBER,
+    Integer,
+    api_key,
+    gpu_split,
+)
+from realtime.engine.registry import engine_names
+from realtime.protocol.json_input import MAX_JSON_DEPTH_CEILING
+
+#: `--help` sections, in order; "server" is argparse's own (untitled) one.
+GROUPS = (
+    "server",
+    "model",
+    "cpu engine",
+    "scripted engine",
+    "exllamav2 engine",
+    "access",
+    "limits",
+)
+
+#: How the flag is given: with a value; alone (a switch: on, or `off` for its field);
+#: or repeated, each time adding a value.
+Kind = Literal["value", "switch", "off", "repeat"]
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A flag that bounds what one client may cost: a row of the limits table."""
+
+    unit: str
+    #: What happens at the limit, in the docs' words.
+    at_limit: str
+
+
+@dataclass(frozen=True)
+class EngineOption:
+    """A flag passed to the engine's constructor, for the engines that take it."""
+
+    engines: tuple[str, ...]
+    keyword: str
+    #: Choices that stand for Python values (`--paged on` passes True).
+    values: Mapping[str, object] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One `realtime serve` flag: it sets exactly one of `field`, `engine`, `adds_to`."""
+
+    option: str
+    group: str
+    help: str | None = None
+    #: The `ServerConfig` field the flag sets (None for engine flags and `adds_to`).
+    field: str | None = None
+    #: Or: the engine keyword it sets (into `ServerConfig.engine_options`).
+    engine: EngineOption | None = None
+    #: Or: the field it adds to, after the field's own flag or the engine flags
+    #: (`--api-key-file` adds to `api_keys`); the command line does the adding.
+    adds_to: str | None = None
+    #: Parses and checks the text (argparse's `type`); None keeps the text.
+    value: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    kind: Kind = "value"
+    #: The command line's spelling of the field's None (`--max-tokens-cap 0`).
+    none_as: int | None = None
+    limit: Limit | None = None
+
+    @property
+    def dest(self) -> str:
+        """The argparse attribute: `--max-frame-bytes` -> `max_frame_bytes`."""
+        return self.option.removeprefix("--").replace("-", "_")
+
+    def default(self) -> Any:
+        """What argparse holds when the flag is not given."""
+        if self.kind in ("switch", "off"):
+            return False
+        if self.kind == "repeat":
+            return []
+        if self.field is None:
+            return None
+        value = getattr(ServerConfig(), self.field)
+        return self.none_as if value is None and self.none_as is not None else value
+
+    def to_config(self, given: Any) -> Any:
+        """The field's value for what argparse holds."""
+        if self.kind == "off":
+            return not given
+        if self.kind == "repeat":
+            return tuple(given)
+        if self.none_as is not None and given == self.none_as:
+            return None
+        return given
+
+
+def _parsers(kind: str, names: list[str]) -> str:
+    return f"{kind}: auto (from the chat template), none, or one of " + ", ".join(names)
+
+
+FLAGS: tuple[Flag, ...] = (
+    # --- server ---------------------------------------------------------------------
+    Flag("--host", "server", "address to bind (default %(default)s)", field="host"),
+    Flag(
+        "--port",
+        "server",
+        "port (default %(default)s; 0 = any free)",
+        field="port",
+        value=Integer(0, 65535),
+    ),
+    Flag(
+        "--engine",
+        "server",
+        "engine to serve (default %(default)s); auto = exllamav2 when a CUDA GPU can"
+        " run it, else cpu",
+        field="engine",
+        choices=(*engine_names(), "auto"),
+    ),
+    Flag(
+        "--model-name",
+        "server",
+        "the name clients send as `model` (default: the engine's model name)",
+        field="model_name",
+    ),
+    Flag(
+        "--echo-delay",
+        "server",
+        "echo engine: seconds between streamed pieces (default %(default)s)",
+        field="echo_delay",
+        value=float,
+    ),
+    Flag(
+        "--queue-size",
+        "server",
+        "requests queued per socket before the server stops reading it",
+        field="request_queue_size",
+        value=POSITIVE,
+        limit=Limit(
+            "requests",
+            "queued per socket; when full the server stops reading the socket (backpressure)",
+        ),
+    ),
+    Flag(
+        "--read-ahead",
+        "server",
+        "request frames read past a full queue, so cancels behind them act at once "
+        "(default %(default)s)",
+        field="read_ahead_requests",
+        value=COUNT,
+        limit=Limit(
+            "requests",
+            "read past a full queue, in order; control frames among them act at once;"
+            " when full too, the server stops reading the socket",
+        ),
+    ),
+    Flag(
+        "--max-concurrent",
+        "server",
+        "requests generating at once per socket",
+        field="max_concurrent_per_socket",
+        value=POSITIVE,
+        limit=Limit("requests", "generating at once per socket; the rest wait in the queue"),
+    ),
+    Flag(
+        "--max-frame-bytes",
+        "server",
+        "largest WebSocket message accepted; larger closes with 1009",
+        field="max_frame_bytes",
+        value=POSITIVE,
+        limit=Limit("bytes", "a larger message closes the socket with 1009"),
+    ),
+    Flag(
+        "--ws-compression",
+        "server",
+        "enable permessage-deflate (off by default: it costs throughput)",
+        field="ws_compression",
+        kind="switch",
+    ),
+    Flag(
+        "--sse-keepalive",
+        "server",
+        "seconds of silence before an SSE keep-alive comment",
+        field="sse_keepalive_seconds",
+        value=POSITIVE_NUMBER,
+        limit=Limit("seconds", "of SSE silence before a `: keep-alive` comment"),
+    ),
+    Flag(
+        "--shutdown-grace",
+        "server",
+        "seconds shutdown waits for sockets to close and HTTP requests to finish",
+        field="shutdown_grace_seconds",
+        value=POSITIVE_NUMBER,
+        limit=Limit(
+            "seconds",
+            "on SIGTERM/SIGINT, how long in-flight requests may finish before they are cancelled",
+        ),
+    ),
+    Flag(
+        "--log-level",
+        "server",
+        "the least severe log lines written (default %(default)s)",
+        field="log_level",
+        choices=("critical", "error", "warning", "info", "debug"),
+    ),
+    Flag(
+        "--log-format",
+        "server",
+        "json: one JSON object per line with connection and request ids (default %(default)s)",
+        field="log_format",
+        choices=("text", "json"),
+    ),
+    # --- model ----------------------------------------------------------------------
+    Flag(
+        "--model",
+        "model",
+        "model directory (cpu and exllamav2 engines)",
+        field="model_dir",
+        metavar="DIR",
+    ),
+    Flag(
+        "--chat-template",
+        "model",
+        "override the model's chat template: a named template, a file, or inline Jinja",
+        field="chat_template",
+        metavar="NAME|FILE|JINJA",
+    ),
+    Flag(
+        "--tool-parser",
+        "model",
+        _parsers("tool-call parser", tool_parser_names()) + " (default %(default)s)",
+        field="tool_parser",
+    ),
+    Flag(
+        "--reasoning-parser",
+        "model",
+        _parsers("reasoning parser", reasoning_parser_names()) + " (default %(default)s)",
+        field="reasoning_parser",
+    ),
+    Flag("--no-ui", "model", "do not serve the chat page at /", field="ui", kind="off"),
+    Flag(
+        "--speculative-timeout",
+        "model",
+        "seconds a speculative next-turn warm-up may run (default %(default)s; 0 ignores the hint)",
+        field="speculative_timeout_seconds",
+        value=NON_NEGATIVE_NUMBER,
+    ),
+    Flag(
+        "--max-speculative",
+        "model",
+        "warm-ups pending at once; the oldest is dropped (default %(default)s)",
+        field="max_speculative",
+        value=POSITIVE,
+    ),
+    # --- cpu engine -----------------------------------------------------------------
+    Flag(
+        "--max-cache-tokens",
+        "cpu engine",
+        "tokens of KV cache kept for prefix reuse (default 32768; 0 = no reuse)",
+        engine=EngineOption(("cpu",), "max_cache_tokens"),
+        value=COUNT,
+    ),
+    Flag(
+        "--dtype",
+        "cpu engine",
+        "weights dtype",
+        engine=EngineOption(("cpu",), "dtype"),
+        choices=("float32", "bfloat16", "float16"),
+    ),
+    Flag(
+        "--threads",
+        "cpu engine",
+        "torch CPU threads (default: usable cores - 1)",
+        engine=EngineOption(("cpu",), "threads"),
+        value=POSITIVE,
+    ),
+    Flag(
+        "--prefill-chunk",
+        "cpu engine",
+        "prompt tokens per forward pass (default 256)",
+        engine=EngineOption(("cpu",), "prefill_chunk_tokens"),
+        value=POSITIVE,
+    ),
+    Flag(
+        "--cache-scope",
+        "cpu engine",
+        "who may reuse a cached prefix: the same socket session (default), or any request"
+        " with the same cache_salt (shares system prompts across users; see docs)",
+        engine=EngineOption(("cpu",), "cache_scope"),
+        choices=("session", "salt"),
+    ),
+    Flag(
+        "--background-chunk",
+        "cpu engine",
+        "tokens per forward pass of a speculative warm-up (default 128)",
+        engine=EngineOption(("cpu",), "background_chunk_tokens"),
+        value=POSITIVE,
+    ),
+    # --- scripted engine ------------------------------------------------------------
+    Flag(
+        "--script",
+        "scripted engine",
+        "JSON list of replies to replay (docs/howto/agent.md); --model is optional",
+        engine=EngineOption(("scripted",), "script"),
+        metavar="FILE",
+    ),
+    Flag(
+        "--script-delay",
+        "scripted engine",
+        "seconds between streamed tokens (default 0)",
+        engine=EngineOption(("scripted",), "delay"),
+        value=NON_NEGATIVE_NUMBER,
+        metavar="SECONDS",
+    ),
+    # --- exllamav2 engine -----------------------------------------------------------
+    Flag(
+        "--cache-size",
+        "exllamav2 engine",
+        "KV cache tokens (default: context)",
+        engine=EngineOption(("exllamav2",), "cache_size"),
+        value=POSITIVE,
+    ),
+    Flag(
+        "--cache-mode",
+        "exllamav2 engine",
+        "KV cache precision",
+        engine=EngineOption(("exllamav2",), "cache_mode"),
+        choices=("FP16", "Q4", "Q6", "Q8"),
+    ),
+    Flag(
+        "--gpu-split",
+        "exllamav2 engine",
+        "GB per GPU (default: autosplit)",
+        engine=EngineOption(("exllamav2",), "gpu_split"),
+        value=gpu_split,
+        metavar="GB,GB",
+    ),
+    Flag(
+        "--max-batch-size",
+        "exllamav2 engine",
+        "sequences decoded together (cpu too: default 32, 1 = one per forward pass)",
+        engine=EngineOption(("cpu", "exllamav2"), "max_batch_size"),
+        value=POSITIVE,
+    ),
+    Flag(
+        "--max-chunk-size",
+        "exllamav2 engine",
+        "prefill tokens per pass (multiple of 256)",
+        engine=EngineOption(("exllamav2",), "max_chunk_size"),
+        value=POSITIVE,
+    ),
+    Flag(
+        "--paged",
+        "exllamav2 engine",
+        "paged attention (needs flash-attn; default auto)",
+        engine=EngineOption(("exllamav2",), "paged", {"on": True, "off": False, "auto": None}),
+        choices=("auto", "on", "off"),
+    ),
+    # --- access ---------------------------------------------------------------------
+    Flag(
+        "--api-key",
+        "access",
+        "require this API key (repeatable); none = open server",
+        field="api_keys",
+        value=api_key,
+        metavar="KEY",
+        kind="repeat",
+    ),
+    Flag(
+        "--api-key-file",
+        "access",
+        "read API keys from a file, one per line (# comments allowed)",
+        adds_to="api_keys",
+        metavar="PATH",
+    ),
+    Flag(
+        "--allowed-origin",
+        "access",
+        "browser Origin allowed to connect, e.g. https://app.example.com (repeatable;"
+        " '*' = any). Default: no Origin header or same origin only",
+        field="allowed_origins",
+        metavar="ORIGIN",
+        kind="repeat",
+    ),
+    Flag(
+        "--forwarded-allow-ips",
+        "access",
+        "proxies whose X-Forwarded-Proto/-For are trusted: comma-separated addresses"
+        " or networks, '*' = any, '' = none (default %(default)s)",
+        field="forwarded_allow_ips",
+        metavar="ADDRS",
+    ),
+    # --- limits ---------------------------------------------------------------------
+    Flag(
+        "--max-in-flight",
+        "limits",
+        "requests read and unanswered per socket; more get an error frame (default %(default)s)",
+        field="max_in_flight_per_socket",
+        value=POSITIVE,
+        limit=Limit(
+            "requests",
+            "read and not yet answered per socket; one more gets an `error` frame"
+            " `too_many_requests_in_flight`, the socket stays open",
+        ),
+    ),
+    Flag(
+        "--max-json-depth",
+        "limits",
+        "levels of nested arrays and objects in a request body or frame; deeper is"
+        " refused with 400 / an error frame json_too_deep (default %(default)s, at most"
+        f" {MAX_JSON_DEPTH_CEILING})",
+        field="max_json_depth",
+        value=Integer(1, MAX_JSON_DEPTH_CEILING),
+        limit=Limit(
+            "levels",
+            "nested arrays and objects in a request body or frame, the body being level 1"
+            f" (at most {MAX_JSON_DEPTH_CEILING}); deeper is 400 / `error` frame"
+            " `json_too_deep` naming the field, the socket stays open",
+        ),
+    ),
+    Flag(
+        "--max-json-values",
+        "limits",
+        "JSON values (array items, object members) in a request body or frame; more"
+        " is refused with 400 / an error frame too_many_json_values (default %(default)s)",
+        field="max_json_values",
+        value=POSITIVE,
+        limit=Limit(
+            "values",
+            "array items and object members in a request body or frame, the body counting"
+            " one; more is 400 / `error` frame `too_many_json_values` naming the top-level"
+            " field holding most, the socket stays open",
+        ),
+    ),
+    Flag(
+        "--max-stop-strings",
+        "limits",
+        "stop strings per request; more are refused with 400 (default %(default)s)",
+        field="max_stop_strings",
+        value=POSITIVE,
+        limit=Limit(
+            "strings", "stop strings per request; more is 400 / `error` frame, `param` `stop`"
+        ),
+    ),
+    Flag(
+        "--max-stop-chars",
+        "limits",
+        "characters per stop string; longer is refused with 400 (default %(default)s)",
+        field="max_stop_chars",
+        value=POSITIVE,
+        limit=Limit("characters", "per stop string; longer is 400 / `error` frame, `param` `stop`"),
+    ),
+    Flag(
+        "--max-schema-bytes",
+        "limits",
+        "bytes of one JSON schema to enforce (a response_format schema, one tool's"
+        " parameters), as compact JSON; larger is refused with 400 (default %(default)s)",
+        field="max_schema_bytes",
+        value=POSITIVE,
+        limit=Limit(
+            "bytes",
+            "one JSON schema to enforce (a `response_format` schema, one tool's `parameters`) as"
+            " compact JSON; larger is 400 / `error` frame naming `response_format` or `tools`",
+        ),
+    ),
+    Flag(
+        "--max-schema-depth",
+        "limits",
+        "nesting of objects and arrays in one JSON schema to enforce; deeper is"
+        " refused with 400 (default %(default)s)",
+        field="max_schema_depth",
+        value=POSITIVE,
+        limit=Limit(
+            "levels",
+            "nested objects and arrays in one such schema; deeper is 400 / `error` frame naming"
+            " `response_format` or `tools`",
+        ),
+    ),
+    Flag(
+        "--grammar-cache-size",
+        "limits",
+        "compiled grammars (schemas, tool sets) kept for reuse (default %(default)s)",
+        field="grammar_cache_size",
+        value=POSITIVE,
+        limit=Limit(
+            "grammars",
+            "compiled grammars kept for reuse (a schema, a tool set with its `tool_choice`); the"
+            " least recently used goes; a request whose grammar is not kept compiles it again",
+        ),
+    ),
+    Flag(
+        "--gc-threshold",
+        "limits",
+        "garbage collector: allocations between young-generation collections;"
+        " startup objects are frozen (default %(default)s; 0 = Python's defaults)",
+        field="gc_threshold",
+        value=COUNT,
+    ),
+    Flag(
+        "--max-connections",
+        "limits",
+        "open WebSockets; more are refused with HTTP 503 (default %(default)s)",
+        field="max_connections",
+        value=POSITIVE,
+        limit=Limit(
+            "sockets", "open WebSockets; one more is refused at the handshake with HTTP 503"
+        ),
+    ),
+    Flag(
+        "--outbound-queue",
+        "limits",
+        "frames held per socket for a slow reader; text chunks of one request fold"
+        " into one (default %(default)s)",
+        field="outbound_queue_frames",
+        value=POSITIVE,
+        limit=Limit(
+            "frames",
+            "frames held for a slow reader (text chunks of one request fold into one);"
+            " when full, generation pauses",
+        ),
+    ),
+    Flag(
+        "--slow-consumer-timeout",
+        "limits",
+        "seconds a frame may wait for a client that does not read, then close 1008"
+        " (default %(default)s; 0 = never)",
+        field="slow_consumer_seconds",
+        value=NON_NEGATIVE_NUMBER,
+        limit=Limit(
+            "seconds",
+            "a frame waiting this long for the client to read closes the socket with 1008"
+            " (0 = never)",
+        ),
+    ),
+    Flag(
+        "--realtime-max-items",
+        "limits",
+        "items in one Realtime event session's conversation; more are refused with an"
+        " error event conversation_full (default %(default)s)",
+        field="realtime_max_items",
+        value=POSITIVE,
+        limit=Limit(
+            "items",
+            "in one Realtime event session's conversation; one more is an `error` event"
+            " `conversation_full`, the socket stays open",
+        ),
+    ),
+    Flag(
+        "--realtime-max-conversation-chars",
+        "limits",
+        "characters of text in one Realtime event session's conversation; more is"
+        " refused with an error event conversation_full (default %(default)s)",
+        field="realtime_max_conversation_chars",
+        value=POSITIVE,
+        limit=Limit(
+            "characters",
+            "of text (messages, call arguments, call outputs) in one Realtime event"
+            " session's conversation; more is an `error` event `conversation_full`",
+        ),
+    ),
+    Flag(
+        "--realtime-max-tools",
+        "limits",
+        "function tools in a Realtime session.update or response.create; more is"
+        " refused with an error event (default %(default)s)",
+        field="realtime_max_tools",
+        value=POSITIVE,
+        limit=Limit(
+            "tools",
+            "function tools in a Realtime `session.update` or `response.create`; more is"
+            " an `error` event naming `tools`",
+        ),
+    ),
+    Flag(
+        "--idle-timeout",
+        "limits",
+        "seconds without frames and requests before close 1000 (default %(default)s; 0 = never)",
+        field="idle_timeout_seconds",
+        value=NON_NEGATIVE_NUMBER,
+        limit=Limit(
+            "seconds",
+            "no frame either way and no request in flight: close 1000 `idle timeout` (0 = never)",
+        ),
+    ),
+    Flag(
+        "--max-session",
+        "limits",
+        "seconds a socket may live: then a session.expiring frame, close 1000 after"
+        " --session-expiry-grace (default %(default)s; 0 = unlimited)",
+        field="max_session_seconds",
+        value=NON_NEGATIVE_NUMBER,
+        limit=Limit("seconds", "socket lifetime: then a `session.expiring` frame (0 = unlimited)"),
+    ),
+    Flag(
+        "--session-expiry-grace",
+        "limits",
+        "seconds between session.expiring and the close (default %(default)s)",
+        field="session_expiry_grace_seconds",
+        value=NON_NEGATIVE_NUMBER,
+        limit=Limit("seconds", "from `session.expiring` to close 1000 `session expired`"),
+    ),
+    Flag(
+        "--ws-ping-interval",
+        "limits",
+        "seconds between keepalive pings (default %(default)s; 0 = no pings)",
+        field="ws_ping_interval",
+        value=NON_NEGATIVE_NUMBER,
+        none_as=0,
+        limit=Limit("seconds", "between keepalive pings (0 = none)"),
+    ),
+    Flag(
+        "--ws-ping-timeout",
+        "limits",
+        "seconds to wait for a pong before close 1011 (default %(default)s; 0 = wait forever)",
+        field="ws_ping_timeout",
+        value=NON_NEGATIVE_NUMBER,
+        none_as=0,
+        limit=Limit(
+            "seconds", "no pong in time: close 1011 `keepalive ping timeout` (0 = wait forever)"
+        ),
+    ),
+    Flag(
+        "--max-header-bytes",
+        "limits",
+        "bytes of an HTTP request line and headers; more is 431 (default %(default)s)",
+        field="max_header_bytes",
+        value=POSITIVE,
+        limit=Limit(
+            "bytes",
+            "HTTP request line and headers (WebSocket handshakes too); more is 431"
+            " `request_headers_too_large`, then the connection closes",
+        ),
+    ),
+    Flag(
+        "--max-headers",
+        "limits",
+        "header lines per HTTP request; more is 431 (default %(default)s)",
+        field="max_header_count",
+        value=POSITIVE,
+        limit=Limit(
+            "lines", "header lines per HTTP request; more is 431 `request_headers_too_large`"
+        ),
+    ),
+    Flag(
+        "--header-timeout",
+        "limits",
+        "seconds for a request's headers to arrive, then 408 and close"
+        " (default %(default)s; 0 = no limit)",
+        field="header_timeout_seconds",
+        value=NON_NEGATIVE_NUMBER,
+        limit=Limit(
+            "seconds",
+            "from a request's first byte (or the connection) to the end of its headers;"
+            " then 408 `request_timeout` and close (0 = no limit)",
+        ),
+    ),
+    Flag(
+        "--max-body-bytes",
+        "limits",
+        "bytes of an HTTP request body; more is 413, refused before it is read"
+        " (default %(default)s)",
+        field="max_body_bytes",
+        value=POSITIVE,
+        limit=Limit(
+            "bytes",
+            "HTTP request body; a larger `Content-Length` is 413 `request_too_large` before"
+            " the body is read, a chunked body as soon as it passes the limit",
+        ),
+    ),
+    Flag(
+        "--body-timeout",
+        "limits",
+        "seconds a request body may stall, then 408 and close (default %(default)s; 0 = no limit)",
+        field="body_timeout_seconds",
+        value=NON_NEGATIVE_NUMBER,
+        limit=Limit(
+            "seconds",
+            "a request body that stalls this long while the server waits for it: 408"
+            " `request_timeout` (0 = no limit)",
+        ),
+    ),
+    Flag(
+        "--max-tokens-cap",
+        "limits",
+        "largest max_tokens a request may ask for; without max_tokens the answer is"
+        " cut there (default 0 = the model's context)",
+        field="max_tokens_cap",
+        value=COUNT,
+        none_as=0,
+        limit=Limit(
+            "tokens",
+            "largest `max_tokens`; above it 400 / `error` frame `max_tokens_exceeded`;"
+            " without `max_tokens` the answer stops there (`length`). Default: the model's"
+            " context",
+        ),
+    ),
+)

@@ -1,0 +1,120 @@
+"""Server settings: one dataclass, filled by the command line or by code that embeds the server.
+
+Every field but `engine_options` is set by one `realtime serve` flag, and the
+flag's entry in `realtime.config.flags` says what the field means, the range it
+must be in and, for a limit, what happens at it; docs/flags.md lists them all
+with these defaults, and names the field beside each flag. The defaults live
+here only, so the command line, the docs and embedders read the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from realtime.constrain.spec import ConstraintLimits
+from realtime.protocol.input_limits import (
+    DEFAULT_MAX_STOP_CHARS,
+    DEFAULT_MAX_STOP_STRINGS,
+    InputLimits,
+)
+from realtime.protocol.json_input import (
+    DEFAULT_MAX_JSON_DEPTH,
+    DEFAULT_MAX_JSON_VALUES,
+    MAX_JSON_DEPTH_CEILING,
+)
+from realtime.realtime_events.limits import (
+    DEFAULT_MAX_CONVERSATION_CHARS,
+    DEFAULT_MAX_ITEMS,
+    DEFAULT_MAX_TOOLS,
+)
+
+#: The grammar engine's own defaults, which the flags start from.
+_GRAMMAR_LIMITS = ConstraintLimits()
+
+
+@dataclass
+class ServerConfig:
+    """Every setting of a server; each field's meaning is its flag's (`FLAGS`)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    engine: str = "echo"
+    model_name: str | None = None
+    echo_delay: float = 0.0
+    model_dir: str | None = None
+    chat_template: str | None = None
+    tool_parser: str = "auto"
+    reasoning_parser: str = "auto"
+    #: Keyword arguments for the engine's constructor (cache sizes, dtype, GPU split...);
+    #: the engine flags fill it, for the engine that takes each.
+    engine_options: dict[str, Any] = field(default_factory=dict)
+    ui: bool = True
+    speculative_timeout_seconds: float = 30.0
+    max_speculative: int = 8
+
+    # /v1/realtime
+    request_queue_size: int = 64
+    max_concurrent_per_socket: int = 16
+    read_ahead_requests: int = 16
+    outbound_queue_frames: int = 256
+    max_frame_bytes: int = 8 * 1024 * 1024
+    ws_compression: bool = False
+    ws_ping_interval: float | None = 20.0
+    ws_ping_timeout: float | None = 20.0
+    max_in_flight_per_socket: int = 128
+    max_connections: int = 1024
+    gc_threshold: int = 10_000
+    idle_timeout_seconds: float = 300.0
+    max_session_seconds: float = 86400.0
+    session_expiry_grace_seconds: float = 30.0
+    slow_consumer_seconds: float = 15.0
+    realtime_max_items: int = DEFAULT_MAX_ITEMS
+    realtime_max_conversation_chars: int = DEFAULT_MAX_CONVERSATION_CHARS
+    realtime_max_tools: int = DEFAULT_MAX_TOOLS
+
+    # both transports
+    max_tokens_cap: int | None = None
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    max_json_values: int = DEFAULT_MAX_JSON_VALUES
+    max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS
+    max_stop_chars: int = DEFAULT_MAX_STOP_CHARS
+    max_schema_bytes: int = _GRAMMAR_LIMITS.max_schema_bytes
+    max_schema_depth: int = _GRAMMAR_LIMITS.max_schema_depth
+    grammar_cache_size: int = _GRAMMAR_LIMITS.cache_size
+    api_keys: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+
+    # HTTP
+    sse_keepalive_seconds: float = 15.0
+    max_header_bytes: int = 32 * 1024
+    max_header_count: int = 100
+    header_timeout_seconds: float = 10.0
+    max_body_bytes: int = 8 * 1024 * 1024
+    body_timeout_seconds: float = 30.0
+    forwarded_allow_ips: str = "127.0.0.1,::1"
+
+    shutdown_grace_seconds: float = 5.0
+    log_level: str = "info"
+    log_format: str = "text"
+
+
+def input_limits(config: ServerConfig) -> InputLimits:
+    """The request limits of `config`, in the form the protocol parsers take (both transports).
+
+    The depth is held to its ceiling, which the CLI enforces, for embedders too."""
+    return InputLimits(
+        max_json_depth=min(config.max_json_depth, MAX_JSON_DEPTH_CEILING),
+        max_json_values=config.max_json_values,
+        max_stop_strings=config.max_stop_strings,
+        max_stop_chars=config.max_stop_chars,
+    )
+
+
+def constraint_limits(config: ServerConfig) -> ConstraintLimits:
+    """What a client may ask the grammar engine to compile, from `config`."""
+    return ConstraintLimits(
+        max_schema_bytes=config.max_schema_bytes,
+        max_schema_depth=config.max_schema_depth,
+        cache_size=config.grammar_cache_size,
+    )

@@ -1,0 +1,90 @@
+"""The values a flag accepts: each parses a flag's text and checks its range.
+
+They are argparse `type`s, so a bad value is a usage error naming the flag
+(`argument --queue-size: must be at least 1, got 0`), and they describe
+themselves for the generated flag reference (`describe`), so the range a flag
+checks and the range its documentation states are one.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from realtime.asgi.auth import validate_key
+
+
+@dataclass(frozen=True)
+class Integer:
+    """A whole number from `minimum` up to `maximum` (no upper bound when None)."""
+
+    minimum: int
+    maximum: int | None = None
+
+    #: argparse names the type in its message for text that is no number at all.
+    __name__ = "int"
+
+    def __call__(self, text: str) -> int:
+        value = int(text)
+        if value < self.minimum:
+            at_least = "0 or more" if self.minimum == 0 else f"at least {self.minimum}"
+            raise argparse.ArgumentTypeError(f"must be {at_least}, got {value}")
+        if self.maximum is not None and value > self.maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {self.maximum}, got {value}")
+        return value
+
+    def describe(self) -> str:
+        if self.maximum is not None:
+            return f"integer, {self.minimum} to {self.maximum}"
+        return f"integer, {self.minimum} or more"
+
+
+@dataclass(frozen=True)
+class Number:
+    """A number (fractions allowed) of at least `minimum`, or above it when not `inclusive`."""
+
+    minimum: float = 0.0
+    inclusive: bool = True
+
+    __name__ = "float"
+
+    def __call__(self, text: str) -> float:
+        value = float(text)
+        if self.inclusive and not value >= self.minimum:  # `not >=` refuses nan too
+            raise argparse.ArgumentTypeError(f"must be {self.minimum:g} or more, got {text}")
+        if not self.inclusive and not value > self.minimum:
+            raise argparse.ArgumentTypeError(f"must be greater than {self.minimum:g}, got {text}")
+        return value
+
+    def describe(self) -> str:
+        bound = f"{self.minimum:g} or more" if self.inclusive else f"more than {self.minimum:g}"
+        return f"number, {bound}"
+
+
+#: 1, 2, 3 ...
+POSITIVE = Integer(1)
+#: 0, 1, 2 ...
+COUNT = Integer(0)
+#: Seconds (or another quantity) greater than 0.
+POSITIVE_NUMBER = Number(0.0, inclusive=False)
+#: Seconds (or another quantity), 0 allowed.
+NON_NEGATIVE_NUMBER = Number(0.0)
+
+
+def api_key(text: str) -> str:
+    """An API key that also works as a WebSocket subprotocol token (`asgi.auth`'s rule)."""
+    try:
+        return validate_key(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def gpu_split(text: str) -> list[float]:
+    """GB of memory per GPU, comma-separated: `20,24`."""
+    try:
+        split = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected GB per GPU like 20,24, got {text!r}") from None
+    if not split or any(gb <= 0 for gb in split):
+        raise argparse.ArgumentTypeError(f"every GPU needs a positive number of GB, got {text!r}")
+    return split
