@@ -52,7 +52,7 @@ class NoActiveResponseError(InvalidRequestError):
 
 
 class TooManyResponsesError(InvalidRequestError):
-    """More responses running at once on one socket than `--max-concurrent-per-socket`."""
+    """More responses running at once on one socket than `--max-concurrent`."""
 
     default_code = "too_many_active_responses"
 

@@ -23,7 +23,7 @@ class EventLimits:
     max_items: int = DEFAULT_MAX_ITEMS
     max_conversation_chars: int = DEFAULT_MAX_CONVERSATION_CHARS
     max_tools: int = DEFAULT_MAX_TOOLS
-    #: Responses running at once on one socket (`--max-concurrent-per-socket`).
+    #: Responses running at once on one socket (`--max-concurrent`).
     max_active_responses: int = 16
 
 

@@ -8,7 +8,7 @@ back with `response_ended`. A refused event changes nothing and answers with an
 
 Responses: at most one at a time writes to the conversation (OpenAI's rule);
 out-of-band ones (`conversation: "none"`) may run beside it, all of them within
-`--max-concurrent-per-socket`.
+`--max-concurrent`.
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ class EventSession:
         if len(self.active) >= self.limits.max_active_responses:
             raise TooManyResponsesError(
                 f"{len(self.active)} responses are running on this socket, its limit "
-                "(--max-concurrent-per-socket); wait for one to finish"
+                "(--max-concurrent); wait for one to finish"
             )
         if in_conversation and any(a.in_conversation for a in self.active.values()):
             raise ActiveResponseError(

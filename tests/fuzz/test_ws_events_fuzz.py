@@ -205,7 +205,9 @@ def test_fuzzed_events_never_close_the_socket(fuzz_server: RunningServer) -> Non
 
     one_socket()
     assert stats["frames"] >= 1000, stats
-    assert stats["kept_working"] > stats["sockets"] * 0.5, stats
+    # every socket kept working or met a transport limit (checked per socket above);
+    # this only proves the draw reached the probe often enough to mean something
+    assert stats["kept_working"] >= 100, stats
     metrics = scrape_metrics(server.http_url)
     assert not any(k.startswith("realtime_state_violations_total") for k in metrics)
     assert server.thread.is_alive()
