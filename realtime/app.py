@@ -40,8 +40,8 @@ from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.errors import RealtimeError
 from realtime.responses import MemoryResponseStore, ResponsesService, ResponseStore
 from realtime.responses.sqlite_store import SQLiteResponseStore
-from realtime.ws.endpoint import realtime_endpoint
 from realtime.ws.hub import SessionHub
+from realtime.ws.realtime_events import realtime_endpoint
 from realtime.ws.responses_mode import responses_ws_endpoint
 
 log = logging.getLogger("realtime")

@@ -42,6 +42,7 @@ from realtime.protocol.frame_models import CLIENT_FRAMES, SERVER_FRAMES
 from realtime.protocol.request import ChatCompletionRequest
 from realtime.protocol.response import ChatCompletion, ChatCompletionChunk, ErrorBody
 from realtime.protocol.states import REQUEST, SETUP, SOCKET
+from realtime.realtime_events.event_models import CLIENT_EVENTS_DOC, SERVER_EVENTS_DOC
 from realtime.responses.items import (
     FunctionCallItem,
     FunctionCallOutputItem,
@@ -459,8 +460,8 @@ _CLOSE_CODES = {
 
 #: WebSocket mode at /v1/responses: its client events and server events.
 RESPONSES_CLIENT_EVENTS: dict[str, type[BaseModel]] = {
-    "ResponseCreateEvent": ResponseCreateEvent,
-    "ResponseSteerEvent": SocketSteerEvent,
+    "ResponsesCreateEvent": ResponseCreateEvent,
+    "ResponsesSteerEvent": SocketSteerEvent,
 }
 RESPONSES_SERVER_EVENTS: dict[str, type[BaseModel]] = {
     "ResponsesServerEvent": SocketResponseEvent,
@@ -472,7 +473,11 @@ def asyncapi(routes: list[BaseRoute]) -> dict[str, Any]:
     ws_paths = [r.path for r in routes if isinstance(r, WebSocketRoute)]
     frame_models = {**CLIENT_FRAMES, **SERVER_FRAMES}
     responses_models = {**RESPONSES_CLIENT_EVENTS, **RESPONSES_SERVER_EVENTS}
-    every_model = {**frame_models, **responses_models}
+    event_models = {**CLIENT_EVENTS_DOC, **SERVER_EVENTS_DOC}
+    clashes = (set(frame_models) | set(responses_models)) & set(event_models)
+    if clashes or set(frame_models) & set(responses_models):
+        raise ValueError(f"AsyncAPI message names used twice: {sorted(clashes)}")
+    every_model = {**frame_models, **responses_models, **event_models}
     refs, schemas = component_schemas([(m, "validation") for m in every_model.values()])
     messages = {}
     for name, model in every_model.items():
@@ -485,6 +490,7 @@ def asyncapi(routes: list[BaseRoute]) -> dict[str, Any]:
         }
     channel_messages = {n: {"$ref": f"#/components/messages/{n}"} for n in frame_models}
     responses_messages = {n: {"$ref": f"#/components/messages/{n}"} for n in responses_models}
+    event_messages = {n: {"$ref": f"#/components/messages/{n}"} for n in event_models}
 
     def operation(
         action: str, names: list[str], summary: str, channel: str = "realtime"
@@ -559,6 +565,31 @@ def asyncapi(routes: list[BaseRoute]) -> dict[str, Any]:
                                   "1007": "a text frame that is not UTF-8",
                                   "1009": _CLOSE_CODES[1009], "1011": _CLOSE_CODES[1011]},
             },
+            "realtimeEvents": {
+                "address": ws_paths[0] if ws_paths else "/v1/realtime",
+                "title": "The OpenAI Realtime API's events (text mode)",
+                "description": "The same socket when the handshake URL carries a `model` query"
+                " parameter (the openai SDK's `client.realtime.connect(model=...)`): the"
+                " server sends `session.created` first; every refusal is an `error` event"
+                " and the socket stays open. Audio events are refused. See protocol.md.",
+                "messages": event_messages,
+                "bindings": {
+                    "ws": {
+                        "method": "GET",
+                        "query": {
+                            "type": "object",
+                            "properties": {
+                                "model": {
+                                    "type": "string",
+                                    "description": "the served model; its presence selects"
+                                    " this dialect",
+                                },
+                            },
+                            "required": ["model"],
+                        },
+                    }
+                },
+            },
         },
         "operations": {
             "receiveClientFrames": operation(
@@ -572,6 +603,14 @@ def asyncapi(routes: list[BaseRoute]) -> dict[str, Any]:
             "sendResponsesEvents": operation(
                 "send", list(RESPONSES_SERVER_EVENTS), "WebSocket mode: what the server sends",
                 "responses",
+            ),
+            "receiveClientEvents": operation(
+                "receive", list(CLIENT_EVENTS_DOC), "Realtime events a client sends",
+                "realtimeEvents",
+            ),
+            "sendServerEvents": operation(
+                "send", list(SERVER_EVENTS_DOC), "Realtime events the server sends",
+                "realtimeEvents",
             ),
         },
         "components": {

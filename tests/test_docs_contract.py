@@ -252,8 +252,8 @@ def test_asyncapi_describes_websocket_mode(asyncapi_doc):
     channel = asyncapi_doc["channels"]["responses"]
     assert channel["address"] == "/v1/responses"
     assert set(channel["messages"]) == {
-        "ResponseCreateEvent",
-        "ResponseSteerEvent",
+        "ResponsesCreateEvent",
+        "ResponsesSteerEvent",
         "ResponsesServerEvent",
         "ResponsesErrorEvent",
     }
@@ -287,10 +287,11 @@ async def test_websocket_mode_events_from_a_live_server_validate_against_asyncap
         name = "ResponsesErrorEvent" if frame["type"] == "error" else "ResponsesServerEvent"
         _message_validator(asyncapi_doc, name).validate(frame)
     for event in sent:
-        name = "ResponseSteerEvent" if event["type"] == "response.steer" else "ResponseCreateEvent"
+        steer = event["type"] == "response.steer"
+        name = "ResponsesSteerEvent" if steer else "ResponsesCreateEvent"
         _message_validator(asyncapi_doc, name).validate(event)
     with pytest.raises(jsonschema.ValidationError):  # the schema is as strict as the server
-        _message_validator(asyncapi_doc, "ResponseCreateEvent").validate({**sent[0], "x": 1})
+        _message_validator(asyncapi_doc, "ResponsesCreateEvent").validate({**sent[0], "x": 1})
 
 
 # --- error and close codes -------------------------------------------------------

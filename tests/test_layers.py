@@ -43,6 +43,8 @@ LAYERS: list[set[str]] = [
     {"responses"},
     # the socket session core (no I/O) and its dialects: frames <-> commands, actions
     {"session"},
+    # the Realtime event dialect: its session, conversation and events (no I/O)
+    {"realtime_events"},
     # what both transports share: the access guard with its API-key and Origin rules,
     # the shutdown phases, the error response. Below config, whose --api-key flag
     # checks a key with the guard's own rule.

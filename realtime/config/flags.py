@@ -574,6 +574,45 @@ FLAGS: tuple[Flag, ...] = (
         ),
     ),
     Flag(
+        "--realtime-max-items",
+        "limits",
+        "items in one Realtime event session's conversation; more are refused with an"
+        " error event conversation_full (default %(default)s)",
+        field="realtime_max_items",
+        value=POSITIVE,
+        limit=Limit(
+            "items",
+            "in one Realtime event session's conversation; one more is an `error` event"
+            " `conversation_full`, the socket stays open",
+        ),
+    ),
+    Flag(
+        "--realtime-max-conversation-chars",
+        "limits",
+        "characters of text in one Realtime event session's conversation; more is"
+        " refused with an error event conversation_full (default %(default)s)",
+        field="realtime_max_conversation_chars",
+        value=POSITIVE,
+        limit=Limit(
+            "characters",
+            "of text (messages, call arguments, call outputs) in one Realtime event"
+            " session's conversation; more is an `error` event `conversation_full`",
+        ),
+    ),
+    Flag(
+        "--realtime-max-tools",
+        "limits",
+        "function tools in a Realtime session.update or response.create; more is"
+        " refused with an error event (default %(default)s)",
+        field="realtime_max_tools",
+        value=POSITIVE,
+        limit=Limit(
+            "tools",
+            "function tools in a Realtime `session.update` or `response.create`; more is"
+            " an `error` event naming `tools`",
+        ),
+    ),
+    Flag(
         "--idle-timeout",
         "limits",
         "seconds without frames and requests before close 1000 (default %(default)s; 0 = never)",

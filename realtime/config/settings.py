@@ -23,6 +23,11 @@ from realtime.protocol.json_input import (
     DEFAULT_MAX_JSON_VALUES,
     MAX_JSON_DEPTH_CEILING,
 )
+from realtime.realtime_events.limits import (
+    DEFAULT_MAX_CONVERSATION_CHARS,
+    DEFAULT_MAX_ITEMS,
+    DEFAULT_MAX_TOOLS,
+)
 
 #: The grammar engine's own defaults, which the flags start from.
 _GRAMMAR_LIMITS = ConstraintLimits()
@@ -64,6 +69,9 @@ class ServerConfig:
     max_session_seconds: float = 86400.0
     session_expiry_grace_seconds: float = 30.0
     slow_consumer_seconds: float = 15.0
+    realtime_max_items: int = DEFAULT_MAX_ITEMS
+    realtime_max_conversation_chars: int = DEFAULT_MAX_CONVERSATION_CHARS
+    realtime_max_tools: int = DEFAULT_MAX_TOOLS
 
     # /v1/responses
     #: Directory of the SQLite response store (`store: true` responses, kept across
