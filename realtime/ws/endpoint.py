@@ -143,7 +143,3 @@ async def _serve(websocket: WebSocket, choice: DialectChoice) -> None:
             requests=session.requests_answered,
             duration_ms=round((time.perf_counter() - opened) * 1000, 3),
         )
-
-
-#: /v1/realtime: chat frames.
-realtime_endpoint = session_endpoint(chat_frames)
