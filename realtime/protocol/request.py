@@ -266,14 +266,14 @@ def validation_error_to_client(exc: ValidationError) -> InvalidRequestError:
     param = _param_path(first["loc"])
     if first["type"] == "extra_forbidden":
         return UnknownFieldError(f"Unrecognized request argument supplied: {param}", param=param)
-    if first["type"] in _EXPECTED:
+    if first["type"] in EXPECTED_TYPES:
         # A union reports one type error per member: name every type it would take.
         expected = [
-            _EXPECTED[e["type"]]
+            EXPECTED_TYPES[e["type"]]
             for e in errors
-            if e["type"] in _EXPECTED and _param_path(e["loc"]) == param
+            if e["type"] in EXPECTED_TYPES and _param_path(e["loc"]) == param
         ]
-        return _invalid_type(param, list(dict.fromkeys(expected)), first["input"])
+        return invalid_type(param, list(dict.fromkeys(expected)), first["input"])
     message = first["msg"]
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
@@ -283,7 +283,7 @@ def validation_error_to_client(exc: ValidationError) -> InvalidRequestError:
 
 
 #: Pydantic's type errors in strict mode, and the JSON type each one wanted.
-_EXPECTED = {
+EXPECTED_TYPES = {
     "bool_type": "a boolean",
     "int_type": "an integer",
     "float_type": "a number",
@@ -295,7 +295,8 @@ _EXPECTED = {
 }
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """How OpenAI's messages name a JSON value's type (\"an integer\", \"a string\")."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -311,14 +312,14 @@ def _json_type(value: Any) -> str:
     return "an object"
 
 
-def _invalid_type(param: str, expected: list[str], value: Any) -> InvalidTypeError:
+def invalid_type(param: str, expected: list[str], value: Any) -> InvalidTypeError:
     """OpenAI's wording: "Invalid type for 'n': expected an integer, but got a string instead."""
     wanted = expected[-1]
     if len(expected) > 1:
         wanted = "one of " + ", ".join(expected[:-1]) + " or " + wanted
     name = param or "the request body"
     return InvalidTypeError(
-        f"Invalid type for '{name}': expected {wanted}, but got {_json_type(value)} instead.",
+        f"Invalid type for '{name}': expected {wanted}, but got {json_type(value)} instead.",
         param=param or None,
     )
 

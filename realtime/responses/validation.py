@@ -8,23 +8,12 @@ and the field inside it: `input.3.content.0.text`.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import ValidationError
 
-from realtime.protocol.errors import InvalidRequestError, InvalidTypeError, UnknownFieldError
+from realtime.protocol.errors import InvalidRequestError, UnknownFieldError
+from realtime.protocol.request import EXPECTED_TYPES, invalid_type
 
-#: Pydantic's type errors in strict mode, and the JSON type each one wanted.
-_EXPECTED = {
-    "bool_type": "a boolean",
-    "int_type": "an integer",
-    "float_type": "a number",
-    "string_type": "a string",
-    "list_type": "an array",
-    "dict_type": "an object",
-    "model_type": "an object",
-    "model_attributes_type": "an object",
-}
+__all__ = ["client_error", "invalid_type", "join_path"]
 
 
 def client_error(exc: ValidationError, prefix: str = "") -> InvalidRequestError:
@@ -44,11 +33,11 @@ def client_error(exc: ValidationError, prefix: str = "") -> InvalidRequestError:
             param=param,
             code="missing_required_parameter",
         )
-    if kind in _EXPECTED:
+    if kind in EXPECTED_TYPES:
         expected = [
-            _EXPECTED[e["type"]]
+            EXPECTED_TYPES[e["type"]]
             for e in errors
-            if e["type"] in _EXPECTED and join_path(prefix, _path(e["loc"])) == param
+            if e["type"] in EXPECTED_TYPES and join_path(prefix, _path(e["loc"])) == param
         ]
         return invalid_type(param, list(dict.fromkeys(expected)), first["input"])
     message = first["msg"]
@@ -58,34 +47,6 @@ def client_error(exc: ValidationError, prefix: str = "") -> InvalidRequestError:
     return InvalidRequestError(
         f"Invalid value for '{name}': {message}", param=param or None, code="invalid_value"
     )
-
-
-def invalid_type(param: str, expected: list[str], value: Any) -> InvalidTypeError:
-    """OpenAI's wording: "Invalid type for 'n': expected an integer, but got a string instead."""
-    wanted = expected[-1]
-    if len(expected) > 1:
-        wanted = "one of " + ", ".join(expected[:-1]) + " or " + wanted
-    name = param or "the request body"
-    return InvalidTypeError(
-        f"Invalid type for '{name}': expected {wanted}, but got {json_type(value)} instead.",
-        param=param or None,
-    )
-
-
-def json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a decimal number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
 
 
 def join_path(prefix: str, path: str) -> str:

