@@ -16,6 +16,7 @@ from realtime.realtime_events.models import (
     ItemCreateEvent,
     ItemDeleteEvent,
     ItemRetrieveEvent,
+    ItemStatus,
     ItemTruncateEvent,
     ResponseCancelEvent,
     ResponseCreateEvent,
@@ -40,7 +41,7 @@ class MessageItem(_Closed):
     id: str
     object: Literal["realtime.item"]
     type: Literal["message"]
-    status: Literal["completed", "incomplete", "in_progress"]
+    status: ItemStatus
     role: Literal["user", "system", "assistant"]
     content: list[ItemTextPart]
 
@@ -49,7 +50,7 @@ class FunctionCallItem(_Closed):
     id: str
     object: Literal["realtime.item"]
     type: Literal["function_call"]
-    status: Literal["completed", "incomplete", "in_progress"]
+    status: ItemStatus
     call_id: str
     name: str
     arguments: str
@@ -59,7 +60,7 @@ class FunctionCallOutputItem(_Closed):
     id: str
     object: Literal["realtime.item"]
     type: Literal["function_call_output"]
-    status: Literal["completed", "incomplete", "in_progress"]
+    status: ItemStatus
     call_id: str
     output: str
 

@@ -22,7 +22,10 @@ MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_VALUE_CHARS = 512
 
 ClientId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
-ItemStatus = Literal["completed", "incomplete", "in_progress"]
+#: In the Responses API's order (`realtime.responses.schemas.ItemStatus`): typing caches
+#: `X | None` by equality, and Literals equal as sets, so whichever order is imported
+#: first would be the generated docs' enum order for both.
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
 MaxOutputTokens = Annotated[int, Field(ge=1)] | Literal["inf"]
 Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
 
