@@ -223,26 +223,33 @@ class ResponseEvents:
         self._current = item
         return item, out
 
-    def _text_delta(self, text: str, logprobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        item = self._current
-        out: list[dict[str, Any]] = []
-        if item is None or item.kind != "message":
-            item, out = self._open("message", ids.message_id())
-            out.append(
-                self._event(
-                    "response.output_item.added",
-                    output_index=item.output_index,
-                    item=self._message(item, "in_progress", []),
-                )
-            )
-            out.append(
+    def _added(
+        self, item: _Item, body: dict[str, Any], part: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """`response.output_item.added` for a new item, then its first content part's
+        `response.content_part.added` where it has one."""
+        events = [
+            self._event("response.output_item.added", output_index=item.output_index, item=body)
+        ]
+        if part is not None:
+            events.append(
                 self._event(
                     "response.content_part.added",
                     item_id=item.id,
                     output_index=item.output_index,
                     content_index=0,
-                    part=self._text_part(item, ""),
+                    part=part,
                 )
+            )
+        return events
+
+    def _text_delta(self, text: str, logprobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        item = self._current
+        out: list[dict[str, Any]] = []
+        if item is None or item.kind != "message":
+            item, out = self._open("message", ids.message_id())
+            out += self._added(
+                item, self._message(item, "in_progress", []), self._text_part(item, "")
             )
         item.pieces.append(text)
         if self.logprobs:
@@ -268,22 +275,8 @@ class ResponseEvents:
         out: list[dict[str, Any]] = []
         if item is None or item.kind != "reasoning":
             item, out = self._open("reasoning", ids.reasoning_id())
-            out.append(
-                self._event(
-                    "response.output_item.added",
-                    output_index=item.output_index,
-                    item=self._reasoning_item(item, "in_progress", []),
-                )
-            )
-            out.append(
-                self._event(
-                    "response.content_part.added",
-                    item_id=item.id,
-                    output_index=item.output_index,
-                    content_index=0,
-                    part={"type": "reasoning_text", "text": ""},
-                )
-            )
+            body = self._reasoning_item(item, "in_progress", [])
+            out += self._added(item, body, {"type": "reasoning_text", "text": ""})
         item.pieces.append(text)
         self._reasoning.append(text)
         out.append(
@@ -304,13 +297,7 @@ class ResponseEvents:
             item, out = self._open("function_call", ids.function_call_id())
             item.call_id, item.name = call["id"], function.get("name", "")
             self._calls[call["index"]] = item
-            out.append(
-                self._event(
-                    "response.output_item.added",
-                    output_index=item.output_index,
-                    item=self._call_item(item, "in_progress"),
-                )
-            )
+            out += self._added(item, self._call_item(item, "in_progress"))
         target = self._calls.get(call["index"])
         arguments = function.get("arguments")
         # Parsers finish one call before they start the next, so a delta is for the open one.

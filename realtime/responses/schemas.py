@@ -143,6 +143,26 @@ class DeletedResponse(_Open):
     deleted: Literal[True]
 
 
+#: The Responses stream's event types (SSE and WebSocket mode alike), `error` aside.
+StreamEventType = Literal[
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.output_item.done",
+    "response.content_part.added",
+    "response.content_part.done",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.reasoning_text.delta",
+    "response.reasoning_text.done",
+    "response.function_call_arguments.delta",
+    "response.function_call_arguments.done",
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+]
+
+
 class ResponseStreamEvent(_Open):
     """One server event (SSE `event: <type>`, `data: <this>`). Fields by type:
 
@@ -159,24 +179,7 @@ class ResponseStreamEvent(_Open):
     * `error`: `code`, `message`, `param` (the shutdown grace ran out mid-stream).
     """
 
-    type: Literal[
-        "response.created",
-        "response.in_progress",
-        "response.output_item.added",
-        "response.output_item.done",
-        "response.content_part.added",
-        "response.content_part.done",
-        "response.output_text.delta",
-        "response.output_text.done",
-        "response.reasoning_text.delta",
-        "response.reasoning_text.done",
-        "response.function_call_arguments.delta",
-        "response.function_call_arguments.done",
-        "response.completed",
-        "response.incomplete",
-        "response.failed",
-        "error",
-    ]
+    type: Literal[StreamEventType, "error"]
     sequence_number: int
     response: Response | None = None
     output_index: int | None = None
@@ -203,23 +206,7 @@ class SocketResponseEvent(ResponseStreamEvent):
     """One WebSocket-mode server event: a stream event (as over SSE, never `error`), with
     its lane's `stream_id` when the `response.create` named one."""
 
-    type: Literal[
-        "response.created",
-        "response.in_progress",
-        "response.output_item.added",
-        "response.output_item.done",
-        "response.content_part.added",
-        "response.content_part.done",
-        "response.output_text.delta",
-        "response.output_text.done",
-        "response.reasoning_text.delta",
-        "response.reasoning_text.done",
-        "response.function_call_arguments.delta",
-        "response.function_call_arguments.done",
-        "response.completed",
-        "response.incomplete",
-        "response.failed",
-    ]
+    type: StreamEventType
     stream_id: str | None = Field(default=None, pattern=STREAM_ID_PATTERN)
 
 
