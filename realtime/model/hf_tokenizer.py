@@ -11,6 +11,7 @@ Special tokens the template wrote are still recognised as single ids.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -29,7 +30,7 @@ class HFDecodeStream:
         self._tokenizer = tokenizer
         self._skip = skip_special_tokens
         self._stream = DecodeStream(skip_special_tokens=skip_special_tokens)
-        self._context: list[int] = []
+        self._context: deque[int] = deque(maxlen=_CONTEXT_IDS)
         self._held: list[int] = []
 
     def step(self, token_id: int) -> str | None:
@@ -37,9 +38,11 @@ class HFDecodeStream:
         piece: str | None = self._stream.step(self._tokenizer, token_id)
         if piece is None:
             self._held.append(token_id)
-        else:
-            self._context = [*self._context, *self._held, token_id][-_CONTEXT_IDS:]
-            self._held = []
+            return None
+        if self._held:
+            self._context.extend(self._held)
+            self._held.clear()
+        self._context.append(token_id)
         return piece
 
     def finish(self) -> str:
@@ -51,10 +54,11 @@ class HFDecodeStream:
         """
         if not self._held:
             return ""
-        ids = [*self._context, *self._held]
-        whole: str = self._tokenizer.decode(ids, skip_special_tokens=self._skip)
-        before: str = self._tokenizer.decode(self._context, skip_special_tokens=self._skip)
-        self._context, self._held = ids[-_CONTEXT_IDS:], []
+        context = list(self._context)
+        whole: str = self._tokenizer.decode(context + self._held, skip_special_tokens=self._skip)
+        before: str = self._tokenizer.decode(context, skip_special_tokens=self._skip)
+        self._context.extend(self._held)
+        self._held.clear()
         return whole[len(before) :] if whole.startswith(before) else whole
 
 
