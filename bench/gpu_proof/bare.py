@@ -123,7 +123,7 @@ class BareGenerator:
 
 
 def _greedy(settings: Any) -> Any:
-    """The sampler settings the engine uses for temperature 0 (see exllamav2_backend.py)."""
+    """The sampler settings the engine uses for temperature 0 (see engine/exllamav2/backend.py)."""
     settings.temperature = 1.0
     settings.top_k = 1
     settings.top_p = 1.0

@@ -25,7 +25,7 @@ from websockets.asyncio.client import connect
 
 from realtime.app import build_app
 from realtime.config import ServerConfig
-from realtime.engine.exllamav2 import ExLlamaV2Engine
+from realtime.engine.exllamav2.engine import ExLlamaV2Engine
 from realtime.server import RealtimeServer, ServerThread, loopback_socket, uvicorn_config
 
 CLOSE, CANCEL = "close", "response.cancel"

@@ -203,7 +203,7 @@ def _bare(run: Run) -> None:
         run.doc["concurrency"] = rows
         if not run.args.dry_run and not bare.paged:
             # The server turns torch's cuDNN attention off without flash-attn (see
-            # realtime/engine/exllamav2.py): the bare loop once more the same way.
+            # realtime/engine/exllamav2/engine.py): the bare loop once more the same way.
             import torch
 
             torch.backends.cuda.enable_cudnn_sdp(False)
@@ -287,7 +287,7 @@ def _server(run: Run) -> None:
 
 def _cancel(run: Run) -> None:
     from bench.gpu_proof.cancel import measure
-    from realtime.engine.exllamav2 import ExLlamaV2Engine
+    from realtime.engine.exllamav2.engine import ExLlamaV2Engine
 
     engine = ExLlamaV2Engine(
         run.doc["model"]["path"], model_name=MODEL_NAME, cache_size=run.sizes.cache_size

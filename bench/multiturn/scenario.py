@@ -30,7 +30,7 @@ from bench.multiturn.client import Settings, TurnResult, converse
 from bench.multiturn.conversation import Conversation, build
 from bench.multiturn.server import MultiturnServer
 from bench.results import Chart, Goal, ScenarioResult, Series
-from realtime.engine.cpu import CpuEngine
+from realtime.engine.cpu.engine import CpuEngine
 from realtime.testing.tiny_model import ModelSize, cached_tiny_model
 
 NAME = "multiturn"

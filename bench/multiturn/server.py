@@ -13,7 +13,7 @@ from typing import Any
 
 from realtime.app import build_app
 from realtime.config import ServerConfig
-from realtime.engine.cpu import CpuEngine
+from realtime.engine.cpu.engine import CpuEngine
 from realtime.pipeline import ChatPipeline
 from realtime.server import RealtimeServer, ServerThread, loopback_socket, uvicorn_config
 

@@ -49,14 +49,14 @@ def _echo(**options: Any) -> Engine:
 
 def _cpu(**options: Any) -> Engine:
     # cpu.py imports torch; without it the ImportError says how to install it.
-    from realtime.engine.cpu import CpuEngine
+    from realtime.engine.cpu.engine import CpuEngine
 
     return CpuEngine(**options)
 
 
 def _exllamav2(**options: Any) -> Engine:
     # Importing it needs neither CUDA nor exllamav2: start() checks both and says what is missing.
-    from realtime.engine.exllamav2 import ExLlamaV2Engine
+    from realtime.engine.exllamav2.engine import ExLlamaV2Engine
 
     return ExLlamaV2Engine(**options)
 

@@ -87,11 +87,11 @@ def served(request: pytest.FixtureRequest, tiny_model_dir: Path) -> Iterator[Run
     patch = pytest.MonkeyPatch()
     engine: Any
     if request.param == "cpu":
-        from realtime.engine.cpu import CpuEngine
+        from realtime.engine.cpu.engine import CpuEngine
 
         engine = CpuEngine(tiny_model_dir, model_name=MODEL)
     else:
-        from realtime.engine.exllamav2 import ExLlamaV2Engine
+        from realtime.engine.exllamav2.engine import ExLlamaV2Engine
         from realtime.testing import fake_exllamav2 as fake
 
         state = fake.install(patch)

@@ -27,8 +27,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from realtime.engine.base import EngineOutput, EngineRequest, SamplingParams, StopConditions  # noqa: E402
-from realtime.engine.cpu import CpuEngine  # noqa: E402
-from realtime.engine.cpu_backend import BackendOptions, CpuBackend, CpuStats  # noqa: E402
+from realtime.engine.cpu.backend import BackendOptions, CpuBackend, CpuStats  # noqa: E402
+from realtime.engine.cpu.engine import CpuEngine  # noqa: E402
 from realtime.engine.errors import EngineRequestError, EngineUnavailable, RequestPart  # noqa: E402
 from realtime.engine.registry import create_engine  # noqa: E402
 from realtime.model.generation import FinishReason  # noqa: E402

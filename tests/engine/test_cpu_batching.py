@@ -23,8 +23,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from realtime.engine.base import EngineRequest, SamplingParams, StopConditions  # noqa: E402
-from realtime.engine.cpu import CpuEngine  # noqa: E402
-from realtime.engine.cpu_runner import BatchRunner, SoloRunner, verify_batching  # noqa: E402
+from realtime.engine.cpu.engine import CpuEngine  # noqa: E402
+from realtime.engine.cpu.runner import BatchRunner, SoloRunner, verify_batching  # noqa: E402
 from realtime.model.generation import FinishReason  # noqa: E402
 from tests.engine.step_gate import step_gate  # noqa: E402
 from tests.engine.test_cpu import (  # noqa: E402

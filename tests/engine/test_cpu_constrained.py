@@ -30,7 +30,7 @@ from realtime.engine.base import (  # noqa: E402
     SamplingParams,
     StopConditions,
 )
-from realtime.engine.cpu import CpuEngine  # noqa: E402
+from realtime.engine.cpu.engine import CpuEngine  # noqa: E402
 from realtime.model.generation import FinishReason  # noqa: E402
 
 pytestmark = pytest.mark.anyio

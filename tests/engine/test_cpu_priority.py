@@ -24,7 +24,7 @@ from realtime.engine.base import (  # noqa: E402
     SamplingParams,
     StopConditions,
 )
-from realtime.engine.cpu import CpuEngine  # noqa: E402
+from realtime.engine.cpu.engine import CpuEngine  # noqa: E402
 from realtime.model.generation import FinishReason  # noqa: E402
 from tests.engine.step_gate import step_gate  # noqa: E402
 from tests.engine.test_cpu import Result, running, synthetic_prompt, until  # noqa: E402

@@ -36,7 +36,7 @@ from realtime.engine.base import (
     StopConditions,
 )
 from realtime.engine.errors import EngineRequestError, EngineUnavailable
-from realtime.engine.exllamav2 import (
+from realtime.engine.exllamav2.engine import (
     INSTALL_HINT,
     MIN_LOGPROB,
     ExLlamaV2Backend,

@@ -30,7 +30,7 @@ from realtime.engine.base import (
     StopConditions,
 )
 from realtime.engine.errors import EngineRequestError
-from realtime.engine.exllamav2 import ExLlamaV2Engine
+from realtime.engine.exllamav2.engine import ExLlamaV2Engine
 from realtime.model.generation import FinishReason
 from realtime.testing import fake_exllamav2 as fake
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from realtime.engine.base import SamplingParams
-from realtime.engine.sampling import (
+from realtime.engine.cpu.sampling import (
     SequenceSampler,
     apply_logit_bias,
     apply_presence_frequency,

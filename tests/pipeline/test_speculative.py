@@ -17,7 +17,7 @@ pytest_plugins = ["tests.model_fixtures"]
 torch = pytest.importorskip("torch")
 
 from realtime.chat.tools.events import ParsedOutput  # noqa: E402
-from realtime.engine.cpu import CpuEngine  # noqa: E402
+from realtime.engine.cpu.engine import CpuEngine  # noqa: E402
 from realtime.pipeline import ChatPipeline  # noqa: E402
 from realtime.pipeline.speculative import NextTurn  # noqa: E402
 from realtime.protocol.request import parse_chat_request  # noqa: E402

@@ -19,7 +19,7 @@ import openai  # noqa: E402
 from websockets.asyncio.client import connect  # noqa: E402
 
 from realtime.config import ServerConfig  # noqa: E402
-from realtime.engine.cpu import CpuEngine  # noqa: E402
+from realtime.engine.cpu.engine import CpuEngine  # noqa: E402
 from realtime.pipeline import ChatPipeline  # noqa: E402
 from tests.conftest import RunningServer, start_server, wait_until  # noqa: E402
 

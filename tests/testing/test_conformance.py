@@ -58,7 +58,7 @@ class TestCpuEngine(EngineConformance):
         self.model_dir = tiny_model_dir
 
     def make_engine(self) -> Engine:
-        from realtime.engine.cpu import CpuEngine
+        from realtime.engine.cpu.engine import CpuEngine
 
         return CpuEngine(self.model_dir, threads=1)
 
@@ -84,7 +84,7 @@ class TestExLlamaV2EngineOnTheFake(EngineConformance):
         self.state.open_gate()
 
     def make_engine(self) -> Engine:
-        from realtime.engine.exllamav2 import ExLlamaV2Engine
+        from realtime.engine.exllamav2.engine import ExLlamaV2Engine
 
         return ExLlamaV2Engine(self.model_dir)
 

@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 import openai  # noqa: E402
 
 from realtime.config import ServerConfig  # noqa: E402
-from realtime.engine.cpu import CpuEngine  # noqa: E402
+from realtime.engine.cpu.engine import CpuEngine  # noqa: E402
 from tests.conftest import RunningServer, start_server  # noqa: E402
 from tests.realtime_events.sdk_types import check_server_event  # noqa: E402
 

@@ -323,7 +323,7 @@ async def test_a_client_that_never_sets_up_sees_exactly_the_plain_frames(
 @pytest.fixture(scope="module")
 def cpu_server(tiny_model_dir: Path) -> Iterator[RunningServer]:
     pytest.importorskip("torch")
-    from realtime.engine.cpu import CpuEngine
+    from realtime.engine.cpu.engine import CpuEngine
 
     engine = CpuEngine(tiny_model_dir, model_name="tiny")
     running = start_server(ServerConfig(log_level="warning"), engine)  # type: ignore[arg-type]

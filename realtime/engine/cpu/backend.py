@@ -6,7 +6,7 @@ and every KV tensor, so nothing needs a lock.
 Continuous batching. Client requests (normal priority) join a running batch between
 steps, up to `max_batch_size` sequences, and leave it as soon as they finish or are
 cancelled; the rest wait, in arrival order, for a place. Each `step()` is one forward
-pass (`cpu_runner.py`), one of two kinds:
+pass (`runner.py`), one of two kinds:
 
 - a *decode* pass feeds every decoding sequence of the batch its last token, in one
   forward pass, and samples each one's next token;
@@ -81,11 +81,11 @@ from transformers.cache_utils import DynamicLayer
 from realtime.constrain.logits import usable_bans
 from realtime.constrain.matcher import SequenceConstraint, allowed_rows
 from realtime.engine.base import NORMAL_PRIORITY, EngineOutput, EngineRequest
-from realtime.engine.batch_cache import KVState
-from realtime.engine.cpu_runner import BatchRunner, Feed, Runner, SoloRunner, verify_batching
-from realtime.engine.cpu_stats import CpuStats, RequestStats
+from realtime.engine.cpu.batch_cache import KVState
+from realtime.engine.cpu.runner import BatchRunner, Feed, Runner, SoloRunner, verify_batching
+from realtime.engine.cpu.sampling import SequenceSampler, sample_batch
+from realtime.engine.cpu.stats import CpuStats, RequestStats
 from realtime.engine.prefix_cache import PrefixCache, common_prefix_length
-from realtime.engine.sampling import SequenceSampler, sample_batch
 from realtime.model.generation import FinishReason
 
 __all__ = ["CACHE_SCOPES", "BackendOptions", "CpuBackend", "CpuStats", "KVState", "RequestStats"]

@@ -1,6 +1,6 @@
 """Forward passes for the CPU engine: many sequences in one pass, or one at a time.
 
-The scheduler (`cpu_backend.py`) decides which sequences get which tokens in a step;
+The scheduler (`backend.py`) decides which sequences get which tokens in a step;
 a runner turns that into forward passes and returns one row of next-token logits per
 sequence. Two runners share one interface:
 
@@ -28,7 +28,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from realtime.engine.batch_cache import BatchKVCache, KVState, WritePlan
+from realtime.engine.cpu.batch_cache import BatchKVCache, KVState, WritePlan
 
 log = logging.getLogger("realtime.engine.cpu")
 

@@ -9,7 +9,7 @@ one dedicated thread through `ThreadedEngineCore`: `add`, `cancel` and `iterate(
 all happen there, and the loop only receives finished `EngineOutput`s.
 
 The model half (`ExLlamaV2Backend`: requests to jobs, results to outputs, background
-priority) is in `exllamav2_backend.py`; `cache_salt` isolation in `exllamav2_salt.py`.
+priority) is in `backend.py`; `cache_salt` isolation in `salt.py`.
 This module loads the model and runs the thread.
 """
 
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from realtime.engine.base import EngineOutput, EngineRequest
-from realtime.engine.exllamav2_backend import MIN_LOGPROB, BackgroundStats, ExLlamaV2Backend
-from realtime.engine.exllamav2_salt import install_salted_hashing, salted_job_class
+from realtime.engine.exllamav2.backend import MIN_LOGPROB, BackgroundStats, ExLlamaV2Backend
+from realtime.engine.exllamav2.salt import install_salted_hashing, salted_job_class
 from realtime.engine.grammar import NOT_LOADED, GrammarSupport, bind_grammar
 from realtime.engine.threaded import CoreStats, ThreadedEngineCore
 from realtime.model.info import ModelInfo
@@ -96,7 +96,7 @@ class ExLlamaV2Engine:
     Background-priority requests (speculative warm-ups) run only while no normal
     request is in the generator (`schedules_background`), in prefill chunks of
     `background_chunk_size` tokens (a multiple of 256), so a request that arrives
-    meanwhile waits for at most one such chunk (see `exllamav2_backend.py`).
+    meanwhile waits for at most one such chunk (see `backend.py`).
 
     Requests may carry a constraint (`ConstrainingEngine`): the tokenizer is bound to
     the grammar engine when the model loads, and a constrained job gets a grammar
@@ -310,7 +310,7 @@ class ExLlamaV2Engine:
         )
 
 
-#: What `exllamav2_salt` overrides or reads; all present in exllamav2 0.3.x.
+#: What `salt` overrides or reads; all present in exllamav2 0.3.x.
 _SALT_JOB_METHODS = (
     "prepare_for_queue",
     "receive_sample",

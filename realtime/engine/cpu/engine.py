@@ -3,7 +3,7 @@
 It exists so the whole real-model path (tokenizer, chat template, sampling, logprobs,
 stops, KV reuse, cancellation) runs and is tested on any machine, without a GPU, and
 serves small models for real: concurrent requests share forward passes (continuous
-batching, see `cpu_backend.py`).
+batching, see `backend.py`).
 
 The model directory is read when the engine is built (tokenizer, template, limits),
 so `info` is available before `start()`; the weights are loaded by `start()`, on the
@@ -32,16 +32,16 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError(f"the cpu engine needs torch and transformers: {CPU_INSTALL_HINT}") from exc
 
 from realtime.engine.base import EngineOutput, EngineRequest
-from realtime.engine.cpu_backend import (
+from realtime.engine.cpu.backend import (
     CACHE_SCOPES,
     DEFAULT_MAX_BATCH_SIZE,
     BackendOptions,
     CpuBackend,
     CpuStats,
 )
+from realtime.engine.cpu.sampling import validate_sampling
 from realtime.engine.errors import EngineRequestError, RequestPart
 from realtime.engine.grammar import NOT_LOADED, GrammarSupport, bind_grammar
-from realtime.engine.sampling import validate_sampling
 from realtime.engine.threaded import ThreadedEngineCore
 from realtime.model.info import ModelInfo
 from realtime.model.model_dir import ModelFiles, load_model_dir
@@ -69,7 +69,7 @@ class CpuEngine:
     (`schedules_background`), and `end_session` releases a session's cache entries.
     Requests may carry a constraint (`ConstrainingEngine`): the model's tokenizer is
     bound to the grammar engine when the weights load, and each constrained
-    sequence's logits are masked before sampling (see `cpu_backend.py`).
+    sequence's logits are masked before sampling (see `backend.py`).
 
     Options:
     - `model_name`: the name clients send as `model` (default: the directory's name);
@@ -77,7 +77,7 @@ class CpuEngine:
     - `cache_scope`: "session" (default; reuse only within a session, or among requests
       without one) or "salt" (share across sessions with the same `cache_salt`; faster
       for shared system prompts, but leaks prompt prefixes through timing); see
-      `cpu_backend.py`;
+      `backend.py`;
     - `dtype`: "float32" (default), "bfloat16" or "float16" for the weights and KV cache;
     - `threads`: torch's intra-op threads (process-wide; default: the usable cores minus
       one, at least 1: the event loop needs a core of its own, and torch's threads spin

@@ -30,7 +30,7 @@ generator. How requests map onto exllamav2 (0.3.x):
   under `ignore_eos`. A token the grammar refused (which the mask makes
   impossible) puts the filter in error: the job is cancelled and the request fails.
 * `cache_salt` keeps a request to the cached pages of its own salt
-  (`exllamav2_salt.py`); requests without a salt share with each other, across
+  (`salt.py`); requests without a salt share with each other, across
   sessions, as the cpu engine's "salt" cache scope does.
 
 Background priority (speculative warm-ups): exllamav2 has no priorities - every
@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from realtime.engine.base import NORMAL_PRIORITY, EngineOutput, EngineRequest, SamplingParams
-from realtime.engine.exllamav2_salt import salt_seed
+from realtime.engine.exllamav2.salt import salt_seed
 from realtime.engine.prefix_cache import common_prefix_length
 from realtime.model.generation import FinishReason, TokenLogprob
 
@@ -121,7 +121,7 @@ class ExLlamaV2Backend:
     It owns the generator and the jobs it was given, keyed by the core's job id,
     which is also each job's exllamav2 `identifier`, so results find their request
     without a lookup by job object. `salting` says whether `cache_salt` isolation is
-    installed (see `exllamav2_salt.py`); without it a salted request is refused
+    installed (see `salt.py`); without it a salted request is refused
     rather than allowed to share another salt's cache.
     """
 
