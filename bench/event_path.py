@@ -24,9 +24,9 @@ import orjson
 from bench.chunk_path import FakePipeline
 from bench.chunk_path import FakeSocket as ChatSocket
 from realtime.config import ServerConfig
+from realtime.dialects.chat.dialect import ChatFrameDialect
+from realtime.dialects.realtime_events.dialect import RealtimeEventDialect
 from realtime.observability.metrics import Metrics
-from realtime.realtime_events.dialect import RealtimeEventDialect
-from realtime.session.chat_frames import ChatFrameDialect
 from realtime.ws.session import RealtimeSession
 
 ITEM = orjson.dumps(

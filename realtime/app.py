@@ -17,6 +17,10 @@ from realtime.asgi.auth import ApiKeys, OriginPolicy
 from realtime.asgi.lifecycle import Lifecycle
 from realtime.asgi.lifespan_errors import OneLineLifespanErrors
 from realtime.config import ServerConfig, constraint_limits, input_limits
+from realtime.dialects.chat.selector import chat_frames
+from realtime.dialects.realtime_events.selector import realtime_events
+from realtime.dialects.responses import ResponsesService
+from realtime.dialects.responses.selector import responses_mode
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
 from realtime.engine.registry import build_engine, resolve_engine
@@ -38,11 +42,10 @@ from realtime.observability.metrics import Metrics
 from realtime.pipeline import ChatPipeline
 from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.errors import RealtimeError
-from realtime.responses import MemoryResponseStore, ResponsesService, ResponseStore
-from realtime.responses.sqlite_store import SQLiteResponseStore
+from realtime.store import MemoryResponseStore, ResponseStore
+from realtime.store.sqlite import SQLiteResponseStore
+from realtime.ws.endpoint import session_endpoint
 from realtime.ws.hub import SessionHub
-from realtime.ws.realtime_events import realtime_endpoint
-from realtime.ws.responses_mode import responses_ws_endpoint
 
 log = logging.getLogger("realtime")
 
@@ -93,8 +96,10 @@ def routes() -> list[BaseRoute]:
         Route("/health", openai_errors(health), methods=["GET"]),
         Route("/ready", openai_errors(ready), methods=["GET"]),
         Route("/metrics", openai_errors(metrics_route), methods=["GET"]),
-        WebSocketRoute("/v1/realtime", realtime_endpoint),
-        WebSocketRoute("/v1/responses", responses_ws_endpoint),
+        # /v1/realtime: the Realtime events with `?model=`, chat frames otherwise
+        WebSocketRoute("/v1/realtime", session_endpoint(realtime_events, chat_frames)),
+        # /v1/responses (WebSocket): the Responses API's WebSocket mode
+        WebSocketRoute("/v1/responses", session_endpoint(responses_mode)),
     ]
 
 

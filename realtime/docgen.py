@@ -36,21 +36,15 @@ from realtime import __version__
 from realtime.config import ServerConfig
 from realtime.config.flags import FLAGS, GROUPS, Flag
 from realtime.config.values import Integer, Number
-from realtime.http.schemas import Health, ModelList, Readiness, ServedModel
-from realtime.protocol.completions import CompletionRequest, TextCompletion
-from realtime.protocol.frame_models import CLIENT_FRAMES, SERVER_FRAMES
-from realtime.protocol.request import ChatCompletionRequest
-from realtime.protocol.response import ChatCompletion, ChatCompletionChunk, ErrorBody
-from realtime.protocol.states import REQUEST, SETUP, SOCKET
-from realtime.realtime_events.event_models import CLIENT_EVENTS_DOC, SERVER_EVENTS_DOC
-from realtime.responses.items import (
+from realtime.dialects.realtime_events.event_models import CLIENT_EVENTS_DOC, SERVER_EVENTS_DOC
+from realtime.dialects.responses.items import (
     FunctionCallItem,
     FunctionCallOutputItem,
     MessageItem,
     ReasoningItem,
 )
-from realtime.responses.request import ResponseCreateEvent, ResponsesRequest
-from realtime.responses.schemas import (
+from realtime.dialects.responses.request import ResponseCreateEvent, ResponsesRequest
+from realtime.dialects.responses.schemas import (
     DeletedResponse,
     InputItemList,
     ResponseStreamEvent,
@@ -58,8 +52,14 @@ from realtime.responses.schemas import (
     SocketResponseEvent,
     SocketSteerEvent,
 )
-from realtime.responses.schemas import Response as ResponseObject
-from realtime.responses.tools import FunctionTool
+from realtime.dialects.responses.schemas import Response as ResponseObject
+from realtime.dialects.responses.tools import FunctionTool
+from realtime.http.schemas import Health, ModelList, Readiness, ServedModel
+from realtime.protocol.completions import CompletionRequest, TextCompletion
+from realtime.protocol.frame_models import CLIENT_FRAMES, SERVER_FRAMES
+from realtime.protocol.request import ChatCompletionRequest
+from realtime.protocol.response import ChatCompletion, ChatCompletionChunk, ErrorBody
+from realtime.protocol.states import REQUEST, SETUP, SOCKET
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 REF = "#/components/schemas/{model}"

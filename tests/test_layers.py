@@ -1,7 +1,12 @@
 """The package's layers, read from every module's imports (ast), so they cannot drift.
 
-    protocol <- model <- constrain <- chat / engine <- testing <- pipeline <- session
+    protocol <- model <- constrain <- chat / engine <- testing <- pipeline
+        <- store / session <- asgi <- dialects (one unit per protocol) <- config
         <- transports (http, ws) <- app
+
+The dialects wing (`realtime/dialects/<name>/`) is one layer whose units are its
+packages: `realtime.dialects.chat.x` is the unit `dialects.chat`, so no dialect
+imports another (helpers they share would be a unit of their own, below them).
 
 A module may import its own package and any layer below its own, never one above
 and never a neighbour on the same layer (so `chat/` and `engine/` do not import
@@ -39,16 +44,17 @@ LAYERS: list[set[str]] = [
     {"testing"},
     # requests in, chunks out: drives an engine through the chat logic
     {"pipeline"},
-    # the Responses API over the chat pipeline, for both transports; its store
-    {"responses"},
-    # the socket session core (no I/O) and its dialects: frames <-> commands, actions
-    {"session"},
-    # the Realtime event dialect: its session, conversation and events (no I/O)
-    {"realtime_events"},
+    # stored responses (one async interface; memory, SQLite) and the socket session
+    # core (no I/O: commands in, actions out); neither imports the other
+    {"store", "session"},
     # what both transports share: the access guard with its API-key and Origin rules,
-    # the shutdown phases, the error response. Below config, whose --api-key flag
-    # checks a key with the guard's own rule.
+    # the shutdown phases, the error response. Below the dialects, whose handshake
+    # selectors read the key and the subprotocol, and below config, whose --api-key
+    # flag checks a key with the guard's own rule.
     {"asgi"},
+    # the wire protocols, one package each (codec, dialect, handshake selector); no
+    # dialect imports another
+    {"dialects", "dialects.chat", "dialects.responses", "dialects.realtime_events"},
     # server settings and the flags that set them
     {"config"},
     # the transports
@@ -77,9 +83,18 @@ FORBIDDEN = {
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 
 
+#: Packages whose subpackages are units of their own, each on the package's layer.
+WINGS = {"dialects"}
+
+
 def unit_of(module: str) -> str:
-    """The top-level unit of `realtime.x.y` (`x`), or `realtime` for the package itself."""
+    """The top-level unit of `realtime.x.y` (`x`), or `realtime` for the package itself;
+    inside a wing, its package (`realtime.dialects.chat.dialect`: `dialects.chat`)."""
     parts = module.split(".")
+    if len(parts) > 3 and parts[1] in WINGS:
+        return f"{parts[1]}.{parts[2]}"
+    if len(parts) == 3 and parts[1] in WINGS and parts[2] != "__init__":
+        return f"{parts[1]}.{parts[2]}"  # a module of the wing's own: a unit of its own
     return parts[1] if len(parts) > 1 and parts[1] != "__init__" else parts[0]
 
 

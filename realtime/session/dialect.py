@@ -12,7 +12,7 @@ per-request state goes in `RequestRecord.context`, set through `Submit.context`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -117,3 +117,15 @@ class Dialect(Protocol):
 
 #: Makes one socket's dialect; the endpoint picks one per handshake.
 DialectFactory = Callable[[DialectContext], Dialect]
+
+
+@dataclass(frozen=True, slots=True)
+class DialectChoice:
+    """A handshake's dialect, and the subprotocol to accept it with (None: none)."""
+
+    dialect: DialectFactory
+    subprotocol: str | None = None
+
+
+#: Reads a handshake's ASGI scope; returns a choice if the handshake asks for its dialect.
+DialectSelector = Callable[[MutableMapping[str, Any]], "DialectChoice | None"]

@@ -6,7 +6,7 @@
 
 Every decision - accepting, refusing, ordering, starting, cancelling, the
 terminal frames, how the socket ends - is the core's (`realtime.session.core`);
-every frame's shape is the dialect's (`realtime.session.chat_frames` for chat
+every frame's shape is the dialect's (`realtime.dialects.chat.dialect` for chat
 frames). This module owns what the core cannot: the socket, the outbox
 (`realtime.ws.outbox`), the reader, the request tasks and the watchdog, and does
 what the core's actions say.
@@ -38,6 +38,7 @@ from typing import Any
 from starlette.websockets import WebSocket
 
 from realtime.config import ServerConfig, input_limits
+from realtime.dialects.chat.dialect import ChatFrameDialect
 from realtime.observability.fast_metrics import FastCounterChild
 from realtime.observability.metrics import Metrics, RequestTimer
 from realtime.pipeline import ChatPipeline
@@ -58,7 +59,6 @@ from realtime.session.actions import (
     StartRequest,
     StopReading,
 )
-from realtime.session.chat_frames import ChatFrameDialect
 from realtime.session.core import SessionCore
 from realtime.session.dialect import Dialect, DialectContext, DialectFactory
 from realtime.session.record import RequestRecord

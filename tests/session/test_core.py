@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from realtime.dialects.chat.dialect import ChatFrameDialect
 from realtime.protocol.errors import EngineUnavailableError, InvalidRequestError
 from realtime.session.actions import (
     Action,
@@ -25,7 +26,6 @@ from realtime.session.actions import (
     StartRequest,
     StopReading,
 )
-from realtime.session.chat_frames import ChatFrameDialect
 from realtime.session.core import CoreLimits, SessionCore
 
 VIOLATIONS: list[str] = []

@@ -24,6 +24,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from realtime.dialects.chat.dialect import ChatFrameDialect
 from realtime.protocol.errors import EngineUnavailableError, InvalidRequestError
 from realtime.session.actions import (
     Action,
@@ -35,7 +36,6 @@ from realtime.session.actions import (
     Send,
     StartRequest,
 )
-from realtime.session.chat_frames import ChatFrameDialect
 from realtime.session.core import CoreLimits, SessionCore
 
 MAX_CONCURRENT = 2

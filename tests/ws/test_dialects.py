@@ -19,12 +19,13 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from realtime.config import ServerConfig
+from realtime.dialects.chat.selector import chat_frames
 from realtime.protocol.errors import InvalidRequestError, RealtimeError
 from realtime.protocol.request import parse_chat_request
 from realtime.session.commands import Cancel, Command, Frame, Reply, Submit
-from realtime.session.dialect import DialectContext, DoneStatus, SessionView
+from realtime.session.dialect import DialectChoice, DialectContext, DoneStatus, SessionView
 from realtime.session.record import RequestRecord
-from realtime.ws.endpoint import DialectChoice, chat_frames, session_endpoint
+from realtime.ws.endpoint import session_endpoint
 from tests.conftest import async_wait_until
 from tests.ws.wsclient import chat, collect_until_terminal, recv_frame, text_of
 
