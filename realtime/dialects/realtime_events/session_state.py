@@ -65,13 +65,16 @@ class CancelResponse:
     response_id: str
 
 
-Action = StartResponse | CancelResponse
+#: What a client event asks the dialect to do beyond sending events.
+ResponseAction = StartResponse | CancelResponse
 
 
 @dataclass(slots=True)
-class Reply:
+class EventReply:
+    """The session's answer to one client event: events to send now, at most one action."""
+
     events: list[dict[str, Any]] = field(default_factory=list)
-    action: Action | None = None
+    action: ResponseAction | None = None
     #: The event's type, or "rejected" when it was refused (the frames-received metric's label).
     label: str = "rejected"
 
@@ -129,28 +132,28 @@ class EventSession:
 
     # --- client events ---
 
-    def receive(self, text: str | bytes) -> Reply:
+    def receive(self, text: str | bytes) -> EventReply:
         try:
             event = decode_event(text, self.input_limits)
         except EventError as exc:
-            return Reply([error_event(self.event_id(), exc.error, exc.client_event_id)])
+            return EventReply([error_event(self.event_id(), exc.error, exc.client_event_id)])
         try:
             reply = self.handle(event)
         except RealtimeError as exc:
-            return Reply([error_event(self.event_id(), exc, event.event_id)])
+            return EventReply([error_event(self.event_id(), exc, event.event_id)])
         reply.label = event.type
         return reply
 
-    def handle(self, event: ClientEvent) -> Reply:
+    def handle(self, event: ClientEvent) -> EventReply:
         """Apply one decoded event. Raises RealtimeError, having changed nothing."""
         if isinstance(event, SessionUpdateEvent):
             self.config = self.config.updated(event.session, self.served_model, self.limits)
-            return Reply([self._session_event("session.updated")])
+            return EventReply([self._session_event("session.updated")])
         if isinstance(event, ItemCreateEvent):
-            return Reply(self._create_item(event))
+            return EventReply(self._create_item(event))
         if isinstance(event, ItemDeleteEvent):
             self.conversation.delete(event.item_id)
-            return Reply(
+            return EventReply(
                 [
                     {
                         "type": "conversation.item.deleted",
@@ -160,7 +163,7 @@ class EventSession:
                 ]
             )
         if isinstance(event, ItemRetrieveEvent):
-            return Reply(
+            return EventReply(
                 [
                     {
                         "type": "conversation.item.retrieved",
@@ -174,7 +177,7 @@ class EventSession:
         if isinstance(event, ResponseCreateEvent):
             return self._create_response(event)
         assert isinstance(event, ResponseCancelEvent)
-        return Reply(action=CancelResponse(self._to_cancel(event.response_id)))
+        return EventReply(action=CancelResponse(self._to_cancel(event.response_id)))
 
     def _create_item(self, event: ItemCreateEvent) -> list[dict[str, Any]]:
         item = item_object(event.parsed)
@@ -189,7 +192,7 @@ class EventSession:
             for kind in ("conversation.item.added", "conversation.item.done")
         ]
 
-    def _create_response(self, event: ResponseCreateEvent) -> Reply:
+    def _create_response(self, event: ResponseCreateEvent) -> EventReply:
         settings = event.response
         config = self.config
         in_conversation = True
@@ -229,7 +232,7 @@ class EventSession:
             conversation_id=self.conversation_id,
         )
         self.active[renderer.id] = _Active(renderer, in_conversation)
-        return Reply(action=StartResponse(request, renderer, event.event_id))
+        return EventReply(action=StartResponse(request, renderer, event.event_id))
 
     def _input_item(self, entry: dict[str, Any], param: str) -> dict[str, Any]:
         parsed = parse_input_entry(entry, param)

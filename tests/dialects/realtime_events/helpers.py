@@ -5,7 +5,7 @@ from typing import Any
 import orjson
 
 from realtime.dialects.realtime_events.limits import EventLimits
-from realtime.dialects.realtime_events.session_state import EventSession, Reply
+from realtime.dialects.realtime_events.session_state import EventReply, EventSession
 from realtime.protocol.input_limits import InputLimits
 from tests.dialects.realtime_events.sdk_types import check_server_event
 
@@ -24,7 +24,7 @@ def session(limits: EventLimits | None = None, model: str | None = MODEL) -> Eve
     return s
 
 
-def send(s: EventSession, event: dict[str, Any]) -> Reply:
+def send(s: EventSession, event: dict[str, Any]) -> EventReply:
     return s.receive(orjson.dumps(event))
 
 
@@ -40,7 +40,7 @@ def user(text: str, **extra: Any) -> dict[str, Any]:
     }
 
 
-def error_of(reply: Reply) -> dict[str, Any]:
+def error_of(reply: EventReply) -> dict[str, Any]:
     assert reply.action is None
     [event] = reply.events
     assert event["type"] == "error", event
