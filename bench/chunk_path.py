@@ -36,6 +36,7 @@ import orjson
 
 from realtime.chat.delta import DeltaGenerator
 from realtime.config import ServerConfig
+from realtime.dialects.chat.dialect import ChatFrameDialect
 from realtime.model.generation import FinishReason
 from realtime.observability.metrics import Metrics
 from realtime.ws.session import RealtimeSession
@@ -123,12 +124,14 @@ class FakeSocket:
 
 async def _one_run(chunks: int, answers: int, loop_pass: bool) -> tuple[float, int]:
     socket = FakeSocket(answers)
+    pipeline = FakePipeline(chunks, loop_pass=loop_pass)
     session = RealtimeSession(
         socket,  # type: ignore[arg-type]
-        FakePipeline(chunks, loop_pass=loop_pass),  # type: ignore[arg-type]
+        pipeline,
         ServerConfig(log_level="warning"),
         metrics=Metrics(),
         conn_id="bench",
+        dialect=ChatFrameDialect.factory(pipeline),  # type: ignore[arg-type]
     )
     started = time.perf_counter()
     await session.run()

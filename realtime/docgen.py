@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
-from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.routing import BaseRoute, Route
 
 from realtime import __version__
 from realtime.config import ServerConfig
@@ -469,8 +469,8 @@ RESPONSES_SERVER_EVENTS: dict[str, type[BaseModel]] = {
 }
 
 
-def asyncapi(routes: list[BaseRoute]) -> dict[str, Any]:
-    ws_paths = [r.path for r in routes if isinstance(r, WebSocketRoute)]
+def asyncapi(ws_paths: list[str]) -> dict[str, Any]:
+    """The socket protocols' document; `ws_paths`: the socket routes (the app's)."""
     frame_models = {**CLIENT_FRAMES, **SERVER_FRAMES}
     responses_models = {**RESPONSES_CLIENT_EVENTS, **RESPONSES_SERVER_EVENTS}
     event_models = {**CLIENT_EVENTS_DOC, **SERVER_EVENTS_DOC}
@@ -642,6 +642,7 @@ def dump_yaml(data: Any) -> str:
 
 def generated_files(docs: Path = DOCS) -> dict[Path, str]:
     from realtime.app import routes as app_routes
+    from realtime.app import socket_paths
 
     table = app_routes()
     protocol = docs / "protocol.md"
@@ -650,7 +651,7 @@ def generated_files(docs: Path = DOCS) -> dict[Path, str]:
         protocol: render_protocol_md(protocol.read_text(encoding="utf-8")),
         flags: render_sections(flags.read_text(encoding="utf-8"), FLAGS_SECTIONS, "docs/flags.md"),
         docs / "openapi.json": json.dumps(openapi(table), indent=2, ensure_ascii=False) + "\n",
-        docs / "asyncapi.yaml": dump_yaml(asyncapi(table)),
+        docs / "asyncapi.yaml": dump_yaml(asyncapi(socket_paths())),
     }
 
 

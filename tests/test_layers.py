@@ -52,6 +52,8 @@ LAYERS: list[set[str]] = [
     # selectors read the key and the subprotocol, and below config, whose --api-key
     # flag checks a key with the guard's own rule.
     {"asgi"},
+    # what dialects share, below them: a chat request run on the chat pipeline as a job
+    {"dialects.pipeline_job"},
     # the wire protocols, one package each (codec, dialect, handshake selector); no
     # dialect imports another
     {"dialects", "dialects.chat", "dialects.responses", "dialects.realtime_events"},
@@ -205,6 +207,19 @@ def test_the_modules_are_really_read() -> None:
         ("realtime.__init__", "from realtime.pipeline import ChatPipeline", "a layer above"),
         ("realtime.newthing", "from realtime.protocol import errors", "has no layer"),
         ("realtime.http.models", "from realtime.pipeline import ChatPipeline", None),
+        (
+            "realtime.dialects.chat.dialect",
+            "from realtime.dialects.responses.service import S",
+            "same layer",
+        ),
+        ("realtime.dialects.responses.selector", "from ..chat import selector", "same layer"),
+        ("realtime.dialects.responses.dialect", "from .service import ResponsesService", None),
+        ("realtime.dialects.chat.dialect", "from realtime.session.commands import Submit", None),
+        ("realtime.session.core", "from realtime.dialects.chat import dialect", "a layer above"),
+        ("realtime.session.core", "from realtime.store import base", "same layer"),
+        ("realtime.session.core", "from realtime.config import ServerConfig", "a layer above"),
+        ("realtime.store.sqlite", "from realtime.session.record import R", "same layer"),
+        ("realtime.dialects.newthing.x", "from realtime.protocol import errors", "has no layer"),
     ],
 )
 def test_the_checker_catches_what_it_must(module: str, source: str, expected: str | None) -> None:
@@ -221,3 +236,105 @@ def test_the_facade_imports_nothing_of_ours_at_run_time() -> None:
     assert not {t for t in targets if t == "realtime" or t.startswith("realtime.")}
     typed = {target for target, _ in imports(source, FACADE)}
     assert "realtime.api" in typed  # the TYPE_CHECKING block is really there, and skipped
+
+
+# --- the session core, the store and the dialects ----------------------------------
+
+
+def test_the_session_core_imports_no_dialect_store_or_config() -> None:
+    """The core knows commands, actions, records, jobs and the dialect interface; what a
+    dialect needs from the server, its factory is given when the app is built."""
+    found = [
+        f"{module}:{line} imports {target}"
+        for module, source in package_modules()
+        if unit_of(module) == "session"
+        for target, line in imports(source, module)
+        if unit_of(target).split(".")[0] in {"dialects", "store", "config", "pipeline"}
+    ]
+    assert found == []
+    assert "realtime.session.core" in dict(package_modules())  # the core is really read
+
+
+def public_names(source: str) -> set[str]:
+    """The names a module defines at its top level (classes, functions, assignments)."""
+    names: set[str] = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {name for name in names if not name.startswith("_") and name != "log"}
+
+
+def test_no_other_package_reuses_a_name_of_the_session_core() -> None:
+    """`Reply` or `Action` in a dialect would mean something else than the core's."""
+    modules = package_modules()
+    core = set().union(*(public_names(src) for mod, src in modules if unit_of(mod) == "session"))
+    assert {"Reply", "Action", "Submit", "Job", "RequestRecord"} <= core
+    reused = {
+        f"{module}: {name}"
+        for module, source in modules
+        if unit_of(module) != "session"
+        for name in public_names(source) & core
+    }
+    assert reused == set()
+
+
+def sync_twins(source: str) -> list[str]:
+    """Methods of a class that do without awaiting what one of its async methods does:
+    `x_now`/`x_sync` beside `x`, or any `*_now`."""
+    twins = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        methods = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        awaited = {m.name for m in methods if isinstance(m, ast.AsyncFunctionDef)}
+        for method in methods:
+            if isinstance(method, ast.AsyncFunctionDef):
+                continue
+            stem = method.name.removesuffix("_now").removesuffix("_sync")
+            if method.name.endswith(("_now", "_sync")) or (stem != method.name and stem in awaited):
+                twins.append(f"{node.name}.{method.name}")
+    return twins
+
+
+def test_the_response_store_has_one_async_interface() -> None:
+    """No `*_now` twin of an awaited operation: a store behind the network fits."""
+    modules = [(mod, src) for mod, src in package_modules() if unit_of(mod) == "store"]
+    assert {"realtime.store.base", "realtime.store.sqlite"} <= {mod for mod, _ in modules}
+    assert [twin for _, source in modules for twin in sync_twins(source)] == []
+    interface = next(src for mod, src in modules if mod == "realtime.store.base")
+    protocol = next(
+        node
+        for node in ast.parse(interface).body
+        if isinstance(node, ast.ClassDef) and node.name == "ResponseStore"
+    )
+    operations = {
+        n.name: isinstance(n, ast.AsyncFunctionDef)
+        for n in protocol.body
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    # `owner` only fingerprints a key (no record is read); every record operation awaits
+    assert operations == {
+        "owner": False,
+        "put": True,
+        "get": True,
+        "chain": True,
+        "delete": True,
+        "close": True,
+    }
+
+
+def test_the_twin_check_catches_a_twin() -> None:
+    source = (
+        "class S:\n"
+        "    async def put(self): ...\n"
+        "    def put_now(self): ...\n"
+        "    def owner(self): ...\n"
+        "    async def chain(self): ...\n"
+        "    def chain_sync(self): ...\n"
+        "    def peek_now(self): ...\n"
+    )
+    assert sync_twins(source) == ["S.put_now", "S.chain_sync", "S.peek_now"]

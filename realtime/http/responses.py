@@ -6,7 +6,7 @@
     DELETE /v1/responses/{id}                  forget it
     POST   /v1/responses/{id}/cancel           400: only background responses cancel
 
-The logic is `realtime.dialects.responses` (shared with the socket dialect); this module
+The logic is `realtime.dialects.responses` (one run, shared with WebSocket mode); this module
 adds HTTP: the body, query parameters, the caller's key (whose fingerprint owns
 what it stores), and the SSE framing of the Responses events: each event is
 `event: <type>` + `data: <json>`, and the stream ends after the terminal event,
@@ -73,7 +73,7 @@ async def create_response(request: Request) -> Response:
     except ClientDisconnect:  # gone during the body upload; answered by `openai_errors`
         outcome.finish("cancelled", cause="disconnect")
         raise
-    outcome.usage, outcome.response_id = prepared.chat.delta.usage, prepared.id
+    outcome.usage, outcome.response_id = prepared.usage, prepared.id
     # The time to first token is measured on the chat chunks under the events.
     on_chunk: Callable[[dict[str, Any]], None] = outcome.timer.chunk
     return await respond(

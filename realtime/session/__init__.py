@@ -5,8 +5,10 @@ refusing, ordering, starting, cancelling, answering, ending) and says so as
 actions (`actions.py`); the asyncio glue in `realtime.ws.session` owns the socket,
 the outbox and the tasks and does what the actions say. What the client sends
 and receives is a dialect's business (`dialect.py`): it parses frames into
-commands (`commands.py`) and renders the core's answers as frames. The dialects
-themselves are `realtime.dialects`' packages; this core imports none of them.
+commands (`commands.py`) and renders the core's answers as frames; the work of
+each request is a job the dialect makes (`job.py`) and the glue runs. The dialects
+themselves are `realtime.dialects`' packages; this core imports none of them, nor
+a store, a pipeline or the config.
 """
 
 from realtime.session.actions import Action
@@ -29,6 +31,7 @@ from realtime.session.dialect import (
     DoneStatus,
     SessionView,
 )
+from realtime.session.job import Job, Observe
 from realtime.session.record import RequestRecord
 
 __all__ = [
@@ -45,6 +48,8 @@ __all__ = [
     "DialectSelector",
     "DoneStatus",
     "Frame",
+    "Job",
+    "Observe",
     "Reply",
     "RequestRecord",
     "SessionCore",

@@ -7,6 +7,7 @@ from typing import Any
 
 from realtime.protocol.errors import RealtimeError
 from realtime.protocol.states import RequestState
+from realtime.session.job import Job
 
 
 @dataclass(slots=True, eq=False)
@@ -14,7 +15,7 @@ class RequestRecord:
     id: str
     #: Requests of one lane run one at a time, in order; None: no lane.
     lane: str | None
-    #: What the pipeline runs (a `ChatCompletionRequest`); None when `rejection` is set.
+    #: What the dialect parsed (its job is made from it); None when `rejection` is set.
     request: Any
     #: Failed validation: answered with this error in its turn, never run.
     rejection: RealtimeError | None
@@ -34,8 +35,8 @@ class RequestRecord:
     #: Its terminal frames were decided (they may still be on their way to the outbox).
     answered: bool = False
     # --- kept by the glue while the request runs (the core never reads them) ---
-    #: The pipeline's prepared request (`PreparedChat`): the dialect renders ids and usage.
-    prepared: Any = None
+    #: Its job (`Dialect.job`): the dialect renders ids and usage from it.
+    job: Job | None = None
     #: Its `RequestTimer` while it streams.
     timer: Any = None
     #: The task took its first step (a cancel before that only flags it).

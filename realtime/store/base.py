@@ -62,7 +62,11 @@ class Chain:
 
 
 class ResponseStore(Protocol):
-    """What the Responses API needs from a store. Reads never see other owners' records."""
+    """What the Responses API needs from a store. Reads never see other owners' records.
+
+    Every operation on records is awaited, and there is no synchronous twin of any:
+    the callers (the Responses run, WebSocket mode's job) await them before or
+    after the work they belong to, so a store reached over the network fits."""
 
     def owner(self, api_key: bytes | None) -> str | None:
         """The owner fingerprint of `api_key` (None for none): stable across restarts of a
@@ -84,20 +88,6 @@ class ResponseStore(Protocol):
     async def close(self) -> None:
         """Finish pending writes and release the store."""
         ...
-
-
-class ImmediateStore(ResponseStore, Protocol):
-    """A store that also reads and writes without awaiting (both embedded ones).
-
-    The socket dialect parses a `response.create` synchronously (the session core
-    never awaits), so it rebuilds a continuation's conversation with `chain_now`
-    and keeps the finished response with `put_now`. A store that cannot answer
-    without I/O (one shared over the network) would need an asynchronous prepare
-    step in the socket glue instead."""
-
-    def put_now(self, record: StoredResponse) -> None: ...
-
-    def chain_now(self, response_id: str, owner: str | None, limit: int) -> Chain: ...
 
 
 def fingerprint(secret: bytes, api_key: bytes | None) -> str | None:

@@ -50,9 +50,6 @@ class MemoryResponseStore:
         return len(self._records)
 
     async def put(self, record: StoredResponse) -> None:
-        self.put_now(record)
-
-    def put_now(self, record: StoredResponse) -> None:
         size = len(record.encode())
         old = self._records.pop(record.id, None)
         if old is not None:
@@ -61,23 +58,14 @@ class MemoryResponseStore:
         self.bytes += size
         self._prune()
 
-    def get_now(self, response_id: str, owner: str | None) -> StoredResponse | None:
-        found = self._records.get(response_id)
-        if found is None or found[0].owner != owner or self._expired(found[0]):
-            return None
-        return found[0]
-
     async def get(self, response_id: str, owner: str | None) -> StoredResponse | None:
-        return self.get_now(response_id, owner)
+        return self._find(response_id, owner)
 
     async def chain(self, response_id: str, owner: str | None, limit: int) -> Chain:
-        return self.chain_now(response_id, owner, limit)
-
-    def chain_now(self, response_id: str, owner: str | None, limit: int) -> Chain:
-        return walk_chain(lambda rid: self.get_now(rid, owner), response_id, limit)
+        return walk_chain(lambda rid: self._find(rid, owner), response_id, limit)
 
     async def delete(self, response_id: str, owner: str | None) -> bool:
-        if self.get_now(response_id, owner) is None:
+        if self._find(response_id, owner) is None:
             return False
         _, size = self._records.pop(response_id)
         self.bytes -= size
@@ -92,6 +80,12 @@ class MemoryResponseStore:
     def clear(self) -> None:
         self._records.clear()
         self.bytes = 0
+
+    def _find(self, response_id: str, owner: str | None) -> StoredResponse | None:
+        found = self._records.get(response_id)
+        if found is None or found[0].owner != owner or self._expired(found[0]):
+            return None
+        return found[0]
 
     def _expired(self, record: StoredResponse) -> bool:
         return (

@@ -92,8 +92,6 @@ class SQLiteResponseStore:
         self._writes: set[asyncio.Future[None]] = set()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="response-store")
         self._db: sqlite3.Connection | None = None
-        #: `chain_now`'s read-only connection (the thread that calls it: the event loop's)
-        self._reader: sqlite3.Connection | None = None
         self.bytes = 0
         self._last_age_check = 0.0
         try:
@@ -108,9 +106,6 @@ class SQLiteResponseStore:
         return fingerprint(self._secret, api_key)
 
     async def put(self, record: StoredResponse) -> None:
-        self.put_now(record)
-
-    def put_now(self, record: StoredResponse) -> None:
         """Hand the record to the store's thread; served from memory until written."""
         self._pending[record.id] = record
         future = asyncio.wrap_future(self._executor.submit(self._write, record))
@@ -134,22 +129,6 @@ class SQLiteResponseStore:
         chain.missing, chain.truncated = rest.missing, rest.truncated
         return chain
 
-    def chain_now(self, response_id: str, owner: str | None, limit: int) -> Chain:
-        """`chain` without awaiting, for the socket dialect: records still being written
-        from memory, the rest with one indexed statement on a read-only connection of
-        the calling thread (WAL: it never waits for the writer)."""
-        chain = walk_chain(lambda rid: self._pending_for(rid, owner), response_id, limit)
-        if chain.missing is None:
-            return chain
-        if self._reader is None:
-            self._reader = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True)
-        rest = _read_chain(
-            self._reader, chain.missing, owner, limit - len(chain.records), self._oldest_kept()
-        )
-        chain.records += rest.records
-        chain.missing, chain.truncated = rest.missing, rest.truncated
-        return chain
-
     async def delete(self, response_id: str, owner: str | None) -> bool:
         pending = self._pending.get(response_id)
         if pending is not None and pending.owner != owner:
@@ -166,9 +145,6 @@ class SQLiteResponseStore:
             await asyncio.gather(*self._writes, return_exceptions=True)
 
     async def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
         await self.flush()
         await self._run(self._close)
         self._executor.shutdown(wait=True)

@@ -5,9 +5,8 @@ Here the connection limit is enforced, still before the upgrade (HTTP 503 with
 `Retry-After`), and the socket's dialect is picked from the handshake: each
 route is `session_endpoint(selector, ...)`, and the first selector that claims
 the handshake (by its subprotocol, a query parameter...) names the dialect and the
-subprotocol to accept. /v1/realtime speaks chat frames and selects the `realtime`
-subprotocol when the client offered it (browsers sending their key as
-`realtime-key.<key>` must offer it: the key itself is never echoed).
+subprotocol to accept. The selectors are the dialects' (`realtime.dialects`),
+registered with their routes in `realtime.app.SOCKET_PROTOCOLS`.
 """
 
 from __future__ import annotations

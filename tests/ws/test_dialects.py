@@ -9,6 +9,7 @@ handshake by its subprotocol; without it the same route speaks chat frames.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +21,8 @@ from websockets.exceptions import InvalidStatus
 
 from realtime.config import ServerConfig
 from realtime.dialects.chat.selector import chat_frames
+from realtime.dialects.pipeline_job import PipelineJob
+from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import InvalidRequestError, RealtimeError
 from realtime.protocol.request import parse_chat_request
 from realtime.session.commands import Cancel, Command, Frame, Reply, Submit
@@ -39,7 +42,8 @@ ONLY_EVENTS_PATH = "/v1/test-events-only"
 class EventsDialect:
     """`{"type": "ask", "text"}` -> `delta`... then `finished`; `ping` -> `pong`."""
 
-    def __init__(self, context: DialectContext):
+    def __init__(self, context: DialectContext, *, pipeline: ChatPipeline):
+        self.pipeline = pipeline
         self.session_id = context.session_id
         self.model = context.model_name
         self.asked = 0
@@ -74,18 +78,16 @@ class EventsDialect:
     def render_started(self, request: RequestRecord) -> Sequence[Frame]:
         return ({"type": "started", "id": request.id, "asked": request.context["asked"]},)
 
-    def render_chunk(self, request: RequestRecord, chunk: dict[str, Any]) -> Sequence[Frame]:
+    def job(self, request: RequestRecord) -> PipelineJob:
+        return PipelineJob(self.pipeline, request.request, session_id=self.session_id, size=0)
+
+    def render_output(self, request: RequestRecord, chunk: dict[str, Any]) -> Sequence[Frame]:
         choices = chunk.get("choices") or ()
         text = choices[0]["delta"].get("content") if choices else None
         return ({"type": "delta", "id": request.id, "text": text},) if text else ()
 
-    def render_completion(
-        self, request: RequestRecord, completion: dict[str, Any]
-    ) -> Sequence[Frame]:
-        return ()
-
     def render_done(self, request: RequestRecord, status: DoneStatus) -> Sequence[Frame]:
-        usage = request.prepared.delta.usage() if request.prepared is not None else None
+        usage = request.job.usage() if request.job is not None else None
         return (
             {"type": "output_done", "id": request.id},
             {"type": "finished", "id": request.id, "status": status, "usage": usage},
@@ -106,18 +108,23 @@ class EventsDialect:
         return None
 
 
-def events_by_subprotocol(scope: Any) -> DialectChoice | None:
-    if SUBPROTOCOL in (scope.get("subprotocols") or ()):
-        return DialectChoice(EventsDialect, SUBPROTOCOL)
-    return None
+def events_by_subprotocol(pipeline: ChatPipeline) -> Any:
+    def select(scope: Any) -> DialectChoice | None:
+        if SUBPROTOCOL in (scope.get("subprotocols") or ()):
+            return DialectChoice(functools.partial(EventsDialect, pipeline=pipeline), SUBPROTOCOL)
+        return None
+
+    return select
 
 
 @pytest.fixture
 def server(server_factory: Any) -> Any:
     running = server_factory(ServerConfig(echo_delay=0.005, log_level="warning"))
     routes = running.app.router.routes
-    routes.append(WebSocketRoute(PATH, session_endpoint(events_by_subprotocol, chat_frames)))
-    routes.append(WebSocketRoute(ONLY_EVENTS_PATH, session_endpoint(events_by_subprotocol)))
+    pipeline = running.app.state.pipeline
+    events = events_by_subprotocol(pipeline)
+    routes.append(WebSocketRoute(PATH, session_endpoint(events, chat_frames(pipeline))))
+    routes.append(WebSocketRoute(ONLY_EVENTS_PATH, session_endpoint(events)))
     return running
 
 

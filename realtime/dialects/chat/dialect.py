@@ -6,6 +6,8 @@ requests with one run concurrently. A frame that is not JSON closes the socket
 with 1007, a binary frame with 1003; JSON that is not a valid frame gets an
 `error` frame and the socket stays. This dialect also owns the optional
 `session.setup` (its model and request defaults), through the `SETUP` table.
+Each request runs on the chat pipeline as a `PipelineJob`, and its chunks go out
+as they come, with the request's id.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from realtime.dialects.pipeline_job import PipelineJob
+from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import (
     BinaryFrameError,
     MalformedFrameError,
@@ -43,7 +47,13 @@ from realtime.session.commands import (
     Reply,
     Submit,
 )
-from realtime.session.dialect import DialectContext, DoneStatus, SessionView, ViolationHook
+from realtime.session.dialect import (
+    DialectContext,
+    DialectFactory,
+    DoneStatus,
+    SessionView,
+    ViolationHook,
+)
 from realtime.session.record import RequestRecord
 
 #: The lane of requests sent without `request_id`: they run one at a time, in order.
@@ -59,12 +69,14 @@ class ChatFrameDialect:
 
     def __init__(
         self,
+        pipeline: ChatPipeline,
         *,
         model_name: str,
         session_id: str,
         limits: InputLimits = DEFAULT_INPUT_LIMITS,
         on_violation: ViolationHook = _ignore_violation,
     ):
+        self.pipeline = pipeline
         self.model_name = model_name
         self.session_id = session_id
         self.limits = limits
@@ -75,14 +87,19 @@ class ChatFrameDialect:
         self.defaults: dict[str, Any] | None = None
 
     @classmethod
-    def from_context(cls, context: DialectContext) -> ChatFrameDialect:
-        """The `DialectFactory` of chat frames."""
-        return cls(
-            model_name=context.model_name,
-            session_id=context.session_id,
-            limits=context.limits,
-            on_violation=context.on_violation,
-        )
+    def factory(cls, pipeline: ChatPipeline) -> DialectFactory:
+        """The `DialectFactory` of chat frames whose requests run on `pipeline`."""
+
+        def make(context: DialectContext) -> ChatFrameDialect:
+            return cls(
+                pipeline,
+                model_name=context.model_name,
+                session_id=context.session_id,
+                limits=context.limits,
+                on_violation=context.on_violation,
+            )
+
+        return make
 
     # --- client frames ---
 
@@ -166,18 +183,20 @@ class ChatFrameDialect:
     def render_started(self, request: RequestRecord) -> Sequence[Frame]:
         return ()
 
-    def render_chunk(self, request: RequestRecord, chunk: dict[str, Any]) -> Sequence[Frame]:
-        chunk["request_id"] = request.id
-        return (chunk,)
+    def job(self, request: RequestRecord) -> PipelineJob:
+        return PipelineJob(
+            self.pipeline, request.request, session_id=self.session_id, size=request.size
+        )
 
-    def render_completion(
-        self, request: RequestRecord, completion: dict[str, Any]
-    ) -> Sequence[Frame]:
-        completion["request_id"] = request.id
-        return (completion,)
+    def render_output(self, request: RequestRecord, item: dict[str, Any]) -> Sequence[Frame]:
+        """A chunk, or the completion of a request that did not stream: as it is, with
+        the request's id."""
+        item["request_id"] = request.id
+        return (item,)
 
     def render_done(self, request: RequestRecord, status: DoneStatus) -> Sequence[Frame]:
-        prepared = request.prepared
+        job = request.job
+        prepared = job.prepared if isinstance(job, PipelineJob) else None
         if prepared is None:  # never ran: no completion id, no usage
             return (done_frame(request.id, None, status, None, None),)
         delta = prepared.delta

@@ -11,12 +11,16 @@ from typing import Any
 
 from realtime.asgi.auth import SUBPROTOCOL
 from realtime.dialects.chat.dialect import ChatFrameDialect
-from realtime.session.dialect import DialectChoice
+from realtime.pipeline import ChatPipeline
+from realtime.session.dialect import DialectChoice, DialectSelector
 
 
-def chat_frames(scope: MutableMapping[str, Any]) -> DialectChoice:
-    """Chat frames, the default of /v1/realtime: claims every handshake."""
-    offered = scope.get("subprotocols") or ()
-    return DialectChoice(
-        ChatFrameDialect.from_context, SUBPROTOCOL if SUBPROTOCOL in offered else None
-    )
+def chat_frames(pipeline: ChatPipeline) -> DialectSelector:
+    """Chat frames on `pipeline`, the default of /v1/realtime: claims every handshake."""
+    dialect = ChatFrameDialect.factory(pipeline)
+
+    def select(scope: MutableMapping[str, Any]) -> DialectChoice:
+        offered = scope.get("subprotocols") or ()
+        return DialectChoice(dialect, SUBPROTOCOL if SUBPROTOCOL in offered else None)
+
+    return select

@@ -2,8 +2,8 @@
 
 A socket speaks it when its handshake URL carries a `model` query parameter (the
 `openai` SDK's `client.realtime.connect(model=...)` always sends one); without
-one the socket speaks the chat frames of `realtime.protocol.frames`. Everything
-here but the dialect module itself is pure: event models, the session's
-configuration and conversation, the chat request built from them, and the
-server events rendered from the pipeline's chunks.
+one the socket speaks chat frames (`realtime.dialects.chat`). Everything here is
+pure: event models, the session's configuration and conversation, the chat
+request built from them, the server events rendered from the pipeline's chunks,
+the dialect (its responses run as `PipelineJob`s) and the handshake selector.
 """

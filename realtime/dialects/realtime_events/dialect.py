@@ -4,9 +4,11 @@ The socket speaks it when its handshake URL carries `model` (see
 `realtime.dialects.realtime_events`); the session core runs its responses exactly as it
 runs chat-frame requests (slots, cancel, backpressure, endings). Everything the
 dialect decides is in `EventSession` (pure): here its answers become the core's
-commands, and the core's requests its responses. Unlike the chat frames, no
-client input closes the socket: malformed JSON, binary frames and unknown events
-each get an `error` event and the session carries on (OpenAI's rule).
+commands, and the core's requests its responses, each run on the chat pipeline
+as a `PipelineJob` whose chunks the response's renderer turns into events.
+Unlike the chat frames, no client input closes the socket: malformed JSON, binary
+frames and unknown events each get an `error` event and the session carries on
+(OpenAI's rule).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from realtime.dialects.pipeline_job import PipelineJob
 from realtime.dialects.realtime_events.errors import error_event
 from realtime.dialects.realtime_events.limits import DEFAULT_EVENT_LIMITS, EventLimits
 from realtime.dialects.realtime_events.render import ResponseRenderer
@@ -22,6 +25,7 @@ from realtime.dialects.realtime_events.session_state import (
     EventSession,
     StartResponse,
 )
+from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import InvalidRequestError, RealtimeError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
 from realtime.session.commands import Cancel, Command, Frame, Reply, Submit
@@ -34,6 +38,7 @@ class RealtimeEventDialect:
 
     def __init__(
         self,
+        pipeline: ChatPipeline,
         *,
         model_name: str,
         session_id: str,
@@ -41,6 +46,7 @@ class RealtimeEventDialect:
         limits: InputLimits = DEFAULT_INPUT_LIMITS,
         event_limits: EventLimits = DEFAULT_EVENT_LIMITS,
     ):
+        self.pipeline = pipeline
         self.session = EventSession(
             session_id,
             model_name,
@@ -52,17 +58,22 @@ class RealtimeEventDialect:
         self._starts: dict[str, StartResponse] = {}
 
     @classmethod
-    def factory(cls, requested_model: str | None) -> DialectFactory:
+    def factory(
+        cls,
+        pipeline: ChatPipeline,
+        requested_model: str | None,
+        event_limits: EventLimits = DEFAULT_EVENT_LIMITS,
+    ) -> DialectFactory:
         """The `DialectFactory` of a socket whose handshake named `requested_model`."""
 
         def make(context: DialectContext) -> RealtimeEventDialect:
-            config = context.config
             return cls(
+                pipeline,
                 model_name=context.model_name,
                 session_id=context.session_id,
                 requested_model=requested_model,
                 limits=context.limits,
-                event_limits=limits_of(config) if config is not None else DEFAULT_EVENT_LIMITS,
+                event_limits=event_limits,
             )
 
         return make
@@ -106,18 +117,18 @@ class RealtimeEventDialect:
     def render_started(self, request: RequestRecord) -> Sequence[Frame]:
         return [self._renderer(request).created()]
 
-    def render_chunk(self, request: RequestRecord, chunk: dict[str, Any]) -> Sequence[Frame]:
-        return self._renderer(request).feed(chunk)
+    def job(self, request: RequestRecord) -> PipelineJob:
+        return PipelineJob(
+            self.pipeline, request.request, session_id=self.session.session_id, size=request.size
+        )
 
-    def render_completion(
-        self, request: RequestRecord, completion: dict[str, Any]
-    ) -> Sequence[Frame]:
-        raise AssertionError("Realtime responses always stream")  # pragma: no cover
+    def render_output(self, request: RequestRecord, item: dict[str, Any]) -> Sequence[Frame]:
+        """One chat chunk of the response (Realtime responses always stream)."""
+        return self._renderer(request).feed(item)
 
     def render_done(self, request: RequestRecord, status: DoneStatus) -> Sequence[Frame]:
         renderer = self._renderer(request)
-        prepared = request.prepared
-        usage = prepared.delta.usage() if prepared is not None else None
+        usage = _usage(request)
         events = renderer.finish(usage, cancelled=status == "cancelled")
         self._end(renderer.id)
         return events
@@ -133,8 +144,7 @@ class RealtimeEventDialect:
         if start is not None:
             renderer = start.renderer
             if renderer.announced:
-                prepared = request.prepared if request is not None else None
-                usage = prepared.delta.usage() if prepared is not None else None
+                usage = _usage(request) if request is not None else None
                 events += renderer.finish(usage, error=error)
             self._end(renderer.id)
         return events
@@ -158,11 +168,7 @@ class RealtimeEventDialect:
             self._end(response_id)
 
 
-def limits_of(config: Any) -> EventLimits:
-    """The session limits of a `ServerConfig` (read by name: the config sits above)."""
-    return EventLimits(
-        max_items=config.realtime_max_items,
-        max_conversation_chars=config.realtime_max_conversation_chars,
-        max_tools=config.realtime_max_tools,
-        max_active_responses=config.max_concurrent_per_socket,
-    )
+def _usage(request: RequestRecord) -> dict[str, Any] | None:
+    """The response's token usage so far (None if its prompt was never built)."""
+    job = request.job
+    return job.usage() if job is not None else None

@@ -4,10 +4,11 @@
     conversation.py  items -> chat messages (a continuation's whole conversation)
     objects.py       the Response object as created
     events.py        chat chunks -> Responses events with sequence_number
-    service.py       prepare / events / complete over the chat pipeline, plan and
-                     history_now for the socket (no awaiting), and the
-                     stored-response operations (retrieve, input items, delete)
+    service.py       the one run both transports use (begin, build_prompt, events,
+                     complete) over the chat pipeline, and the stored-response
+                     operations (retrieve, input items, delete)
     socket_codec.py  WebSocket mode's frames: client events in, lanes, error events
+    socket_job.py    a WebSocket-mode response as a session job (the run, framed)
     dialect.py       WebSocket mode's dialect of the session core
     selector.py      claims every /v1/responses handshake
 

@@ -6,21 +6,22 @@ What the openai SDK's `client.responses.connect()` (and its lanes,
 
 * `response.create` -> `Submit` in the lane of its `stream_id` (creates without
   one share the default lane): a lane runs one response at a time, in order;
-  lanes run concurrently, up to the socket's slots. The conversation of a
-  `previous_response_id` is rebuilt while parsing (the socket's own `store: false`
-  responses first, then the server's store, both read without awaiting) and the
-  response is planned as a chat request the glue prepares and streams. A request
-  that cannot be planned (an unknown previous response, a bad field) is accepted
-  as rejected: it is answered with its `error` event in its lane's turn.
+  lanes run concurrently, up to the socket's slots. Parsing reads nothing: a
+  create with a bad field or for another model is accepted as rejected and
+  answered with its `error` event in its lane's turn.
 * every other frame: an `error` event, and the socket carries on.
 
-Events: `response.created` and `response.in_progress` when the response starts,
-then `ResponseEvents`' events for each chat chunk (the same generator as SSE),
-then one terminal event (`response.completed`, `.incomplete`, `.failed`), each
-with the lane's `stream_id`. The response is stored (the server's store, or the
-socket's memory for `store: false`) before its terminal event goes out, so a
+When the core starts a response, its job (`socket_job.ResponseJob`) reads the
+conversation of its `previous_response_id` (the socket's own `store: false`
+responses first, then the server's store), awaited before anything is sent: a
+previous response that is not found is an `error` event too. Then it runs the
+one Responses run HTTP runs (`ResponsesService.events`): `response.created` and
+`response.in_progress`, the events of each chat chunk, then the response stored
+(the server's store, or the socket's memory for `store: false`) before its one
+terminal event (`response.completed`, `.incomplete`, `.failed`), so a
 continuation sent the moment it arrives finds it. Errors found while the prompt
 is built end the response `response.failed`, as errors while generating do.
+Every event goes out with the lane's `stream_id`.
 
 The maximum connection age (`--responses-ws-max-age`): afterwards every
 `response.create` is refused with `websocket_connection_limit_reached`; the
@@ -36,11 +37,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from realtime.dialects.responses.events import ResponseEvents
 from realtime.dialects.responses.request import ResponseCreateEvent
-from realtime.dialects.responses.service import ResponsesService, input_only_usage, responses_error
+from realtime.dialects.responses.service import ResponsesService, responses_error
 from realtime.dialects.responses.socket_codec import (
     DEFAULT_MAX_AGE_SECONDS,
     DEFAULT_MAX_STREAMS,
@@ -48,17 +46,17 @@ from realtime.dialects.responses.socket_codec import (
     Create,
     ResponsesSocketCodec,
 )
+from realtime.dialects.responses.socket_job import ResponseJob
 from realtime.protocol.errors import ModelNotFoundError, RealtimeError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
 from realtime.session.commands import Command, Frame, Reply, Submit
 from realtime.session.dialect import DialectContext, DialectFactory, DoneStatus, SessionView
 from realtime.session.record import RequestRecord
-from realtime.store.base import ImmediateStore, StoredResponse
 from realtime.store.memory import MemoryResponseStore
 
 #: The lane of creates without `stream_id` (no valid `stream_id` has a space).
 DEFAULT_LANE = "default lane"
-#: Bytes of one socket's `store: false` responses, when the config does not say.
+#: Bytes of one socket's `store: false` responses (`--responses-ws-memory`'s default).
 DEFAULT_MEMORY_BYTES = 64 * 1024 * 1024
 
 
@@ -70,16 +68,24 @@ class ResponseCancelledError(RealtimeError):
     default_code = "response_cancelled"
 
 
+@dataclass(frozen=True, slots=True)
+class SocketLimits:
+    """What bounds one WebSocket-mode socket (the server's flags, built by the app)."""
+
+    #: Seconds after which every `response.create` is refused (0: never).
+    max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS
+    #: Lanes (`stream_id`s) a socket may use.
+    max_streams: int = DEFAULT_MAX_STREAMS
+    #: Bytes of the socket's own `store: false` responses.
+    memory_bytes: int = DEFAULT_MEMORY_BYTES
+
+
 @dataclass(slots=True)
 class _Turn:
-    """One response's state on the socket (`RequestRecord.context`)."""
+    """One response's place on the socket (`RequestRecord.context`)."""
 
     stream_id: str | None
-    request: ResponseCreateEvent
-    events: ResponseEvents | None
-    generate: bool = True
-    #: `response.created` went out: the response ends with a terminal response event
-    started: bool = False
+    create: ResponseCreateEvent | None
 
 
 class ResponsesDialect:
@@ -91,6 +97,7 @@ class ResponsesDialect:
         *,
         owner: str | None,
         model_name: str,
+        session_id: str = "",
         limits: InputLimits = DEFAULT_INPUT_LIMITS,
         max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS,
         max_streams: int = DEFAULT_MAX_STREAMS,
@@ -100,6 +107,7 @@ class ResponsesDialect:
         self.service = service
         self.owner = owner
         self.model_name = model_name
+        self.session_id = session_id
         self.codec = ResponsesSocketCodec(limits, max_streams=max_streams)
         #: this socket's `store: false` responses: its continuations only, gone with it
         self.local = MemoryResponseStore(max_bytes=memory_bytes)
@@ -110,21 +118,21 @@ class ResponsesDialect:
         self._last_lane: str | None = None
 
     @classmethod
-    def factory(cls, service: ResponsesService, owner: str | None) -> DialectFactory:
+    def factory(
+        cls, service: ResponsesService, owner: str | None, limits: SocketLimits = SocketLimits()
+    ) -> DialectFactory:
         """The `DialectFactory` for a caller (its owner fingerprint) of this server."""
 
         def make(context: DialectContext) -> ResponsesDialect:
-            config = context.config
             return cls(
                 service,
                 owner=owner,
                 model_name=context.model_name,
+                session_id=context.session_id,
                 limits=context.limits,
-                max_age_seconds=getattr(
-                    config, "responses_ws_max_age_seconds", DEFAULT_MAX_AGE_SECONDS
-                ),
-                max_streams=getattr(config, "responses_ws_max_streams", DEFAULT_MAX_STREAMS),
-                memory_bytes=getattr(config, "responses_ws_memory_bytes", DEFAULT_MEMORY_BYTES),
+                max_age_seconds=limits.max_age_seconds,
+                max_streams=limits.max_streams,
+                memory_bytes=limits.memory_bytes,
             )
 
         return make
@@ -150,66 +158,50 @@ class ResponsesDialect:
         event, stream_id = create.event, create.stream_id
         self._last_lane = stream_id
         lane = stream_id if stream_id is not None else DEFAULT_LANE
-        size = create.size
-        try:
-            if event.model != self.model_name:
-                raise ModelNotFoundError(
-                    f"The model `{event.model}` does not exist. Available: {self.model_name}",
-                    param="model",
-                )
-            history = self.service.history_now(event.previous_response_id, self.owner, self.local)
-            plan = self.service.plan(event, history, stream=True)
-        except RealtimeError as exc:
-            turn = _Turn(stream_id, event, None)
-            return Submit(None, None, exc, lane, size, turn, label="response.create")
-        if history:  # a long conversation is prepared off the event loop (`prepare_chat`)
-            size += len(orjson.dumps(history))
-        turn = _Turn(stream_id, event, plan.events, plan.generate)
-        return Submit(None, plan.chat, None, lane, size, turn, label="response.create")
+        if event.model != self.model_name:
+            error = ModelNotFoundError(
+                f"The model `{event.model}` does not exist. Available: {self.model_name}",
+                param="model",
+            )
+            turn = _Turn(stream_id, None)
+            return Submit(None, None, error, lane, create.size, turn, label="response.create")
+        turn = _Turn(stream_id, event)
+        return Submit(None, event, None, lane, create.size, turn, label="response.create")
 
-    # --- server frames ---
+    # --- the core's requests are this socket's responses ---
 
-    def _render(self, turn: _Turn, events: list[dict[str, Any]]) -> list[Frame]:
-        render, stream_id = self.codec.render, turn.stream_id
-        return [render(event, stream_id) for event in events]
+    def job(self, request: RequestRecord) -> ResponseJob:
+        return ResponseJob(
+            self.service,
+            request.request,
+            owner=self.owner,
+            local=self.local,
+            session_id=self.session_id,
+            size=request.size,
+        )
 
     def render_started(self, request: RequestRecord) -> Sequence[Frame]:
-        turn: _Turn = request.context
-        assert turn.events is not None
-        turn.started = True
-        self.codec.started(turn.events.response["id"], turn.stream_id)
-        return self._render(turn, turn.events.start())
+        return ()  # `response.created` is the run's first event
 
-    def render_chunk(self, request: RequestRecord, chunk: dict[str, Any]) -> Sequence[Frame]:
+    def render_output(self, request: RequestRecord, item: dict[str, Any]) -> Sequence[Frame]:
+        """One event of the run, with the lane's `stream_id`."""
         turn: _Turn = request.context
-        if not turn.generate:
-            return ()  # a warm-up (`generate: false`): the prefill is the point
-        assert turn.events is not None
-        events = turn.events.feed(chunk)
-        return self._render(turn, events) if events else ()
-
-    def render_completion(
-        self, request: RequestRecord, completion: dict[str, Any]
-    ) -> Sequence[Frame]:  # pragma: no cover - every socket response streams
-        return ()
+        if item["type"] == "response.created":  # errors about it go to its lane
+            self.codec.started(item["response"]["id"], turn.stream_id)
+        return (self.codec.render(item, turn.stream_id),)
 
     def render_done(self, request: RequestRecord, status: DoneStatus) -> Sequence[Frame]:
         turn: _Turn = request.context
-        if turn.events is None or not turn.started:
+        job = _job(request)
+        if job is None or not job.started:
             error = ResponseCancelledError("the response was cancelled before it started")
             return (self.codec.error(error, turn.stream_id),)
-        usage = request.prepared.delta.usage() if request.prepared is not None else None
-        if status == "cancelled":
-            error = ResponseCancelledError(
-                "the response was cancelled: the connection is closing or the server is"
-                " shutting down"
-            )
-            return self._render(turn, turn.events.fail(error, usage))
-        if not turn.generate:
-            usage = input_only_usage(usage)
-        events = turn.events.finish(usage)
-        self._keep(turn)
-        return self._render(turn, events)
+        if job.ended:
+            return ()  # the run sent its terminal event
+        error = ResponseCancelledError(
+            "the response was cancelled: the connection is closing or the server is shutting down"
+        )
+        return self._fail(turn, job, error)
 
     def render_error(
         self, request_id: str | None, error: RealtimeError, request: RequestRecord | None
@@ -218,12 +210,19 @@ class ResponsesDialect:
         if request is None:  # refused before it was accepted: the frame just parsed
             return (self.codec.error(error, self._last_lane if request_id else None),)
         turn: _Turn = request.context
-        if turn.events is None or not turn.started:
+        job = _job(request)
+        if job is None or not job.started:  # rejected, or its history could not be read
             return (self.codec.error(error, turn.stream_id),)
-        usage = request.prepared.delta.usage() if request.prepared is not None else None
-        events = turn.events.fail(error, usage)
-        self._keep(turn)
-        return self._render(turn, events)
+        if job.ended:
+            return ()  # the run ended it `response.failed`
+        return self._fail(turn, job, error)  # an unexpected failure: not stored
+
+    def _fail(self, turn: _Turn, job: ResponseJob, error: RealtimeError) -> list[Frame]:
+        """The events that end a started response the run could not end itself."""
+        events = job.events
+        assert events is not None
+        render, stream_id = self.codec.render, turn.stream_id
+        return [render(event, stream_id) for event in events.fail(error, job.usage())]
 
     def render_expiring(self, close_in_seconds: float) -> Sequence[Frame]:
         error = ConnectionLimitError(
@@ -238,22 +237,7 @@ class ResponsesDialect:
     def ended(self) -> None:
         self.local.clear()  # `store: false` responses die with their socket
 
-    # --- the store ---
 
-    def _keep(self, turn: _Turn) -> None:
-        """Store the finished response before its terminal event goes out."""
-        assert turn.events is not None
-        request, response = turn.request, turn.events.response
-        store: ImmediateStore = (
-            self.service.store if request.stores else self.local  # type: ignore[assignment]
-        )
-        store.put_now(
-            StoredResponse(
-                id=response["id"],
-                owner=self.owner,
-                created_at=float(response["created_at"]),
-                previous_response_id=request.previous_response_id,
-                response=response,
-                input_items=request.items,
-            )
-        )
+def _job(request: RequestRecord) -> ResponseJob | None:
+    job = request.job
+    return job if isinstance(job, ResponseJob) else None

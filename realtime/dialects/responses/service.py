@@ -1,14 +1,23 @@
-"""The Responses API on top of the chat pipeline: what both transports call.
+"""The Responses API on top of the chat pipeline: one run, for both transports.
 
     ResponsesRequest (request.py)
-      -> prepare(): the conversation (stored responses along previous_response_id,
-         then the new input items) as chat messages (conversation.py), one
-         ChatCompletionRequest-equivalent body, ChatPipeline.prepare (the same
-         prepare every chat request goes through: template, budget, sampling,
-         parsers), and the Response object (objects.py)
-      -> events(): the pipeline's chat chunks -> Responses events (events.py);
-         at the end the response is stored, then its terminal event is sent
+      -> begin(): the conversation (stored responses along previous_response_id,
+         read from the stores, then the new input items) as chat messages
+         (conversation.py), one ChatCompletionRequest-equivalent body, and the
+         Response object (objects.py)
+      -> build_prompt(): ChatPipeline.prepare (the same prepare every chat request
+         goes through: template, budget, sampling, parsers)
+      -> events(): `response.created`, the pipeline's chat chunks -> Responses
+         events (events.py); at the end the response is stored, then its terminal
+         event is sent
       -> complete(): the same events, folded into the final Response
+
+HTTP calls `prepare()` (begin, then build_prompt: its errors are a 400 before any
+event), then `events()` or `complete()`. WebSocket mode's job calls `begin()`
+before the response's first event (its `previous_response_id` not found is an
+`error` event), then `events()`, which builds the prompt after
+`response.created` (its errors end the response `response.failed`). Nothing
+here reads a store but `begin` and the stored-response operations, all awaited.
 
 Errors from the chat side name chat fields (`messages`, `max_completion_tokens`,
 `response_format`); they are renamed to the Responses fields here, once.
@@ -24,8 +33,9 @@ import re
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
 from realtime.dialects.responses import ids
@@ -43,10 +53,11 @@ from realtime.dialects.responses.request import (
     parse_responses_request,
 )
 from realtime.pipeline import ChatPipeline, PreparedChat
-from realtime.protocol.errors import InvalidRequestError, RealtimeError, UnsupportedFeatureError
+from realtime.pipeline.offload import prepare_chat
+from realtime.protocol.errors import InvalidRequestError, RealtimeError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
 from realtime.protocol.request import ChatCompletionRequest, validation_error_to_client
-from realtime.store.base import Chain, ImmediateStore, ResponseStore, StoredResponse
+from realtime.store.base import Chain, ResponseStore, StoredResponse
 
 #: Responses followed back from a `previous_response_id` at most. The prompt's
 #: token budget ends a long conversation far sooner; this bounds the lookups.
@@ -58,8 +69,11 @@ MAX_LIST_LIMIT = 100
 
 @dataclass(slots=True)
 class PreparedResponse:
+    """One response between `begin` and its end: the run's state."""
+
     request: ResponsesRequest
-    chat: PreparedChat
+    #: The chat request that generates it (`plan`).
+    chat_request: ChatCompletionRequest
     events: ResponseEvents
     #: where the finished response is kept (None: nowhere, `store: false` over HTTP)
     store: ResponseStore | None
@@ -67,11 +81,21 @@ class PreparedResponse:
     #: False: the socket's warm-up (`generate: false`): the prompt is prefilled, no
     #: output is returned, and the response (input only) can be continued.
     generate: bool = True
+    #: The socket's cache session (None over HTTP).
+    session_id: str | None = None
+    #: Characters of its frame and history: a large prompt is built off the event loop.
+    size: int = 0
+    #: The pipeline's prepared request, once `build_prompt` built it.
+    chat: PreparedChat | None = None
 
     @property
     def id(self) -> str:
         response_id: str = self.events.response["id"]
         return response_id
+
+    def usage(self) -> dict[str, Any] | None:
+        """The chat usage so far (None until the prompt was built)."""
+        return self.chat.delta.usage() if self.chat is not None else None
 
 
 @dataclass(slots=True)
@@ -116,19 +140,60 @@ class ResponsesService:
         session_id: str | None = None,
         warm_next_turn: bool = False,
     ) -> PreparedResponse:
-        """Everything that can fail before the first event. Raises RealtimeError.
+        """Everything that can fail before the first event (`begin`, then `build_prompt`).
+        Raises RealtimeError.
 
         `session_id` is the socket's cache session; `warm_next_turn` warms the next
         turn's prefix after this answer (speculative prefill) whatever the request
         says; a request asks for it itself with `nvext.agent_hints.speculative_prefill`."""
+        prepared = await self.begin(
+            request,
+            stream=stream,
+            owner=owner,
+            local=local,
+            session_id=session_id,
+            warm_next_turn=warm_next_turn,
+        )
+        await self.build_prompt(prepared)
+        return prepared
+
+    async def begin(
+        self,
+        request: ResponsesRequest,
+        *,
+        stream: bool,
+        owner: str | None,
+        local: ResponseStore | None = None,
+        session_id: str | None = None,
+        warm_next_turn: bool = False,
+        size: int = 0,
+    ) -> PreparedResponse:
+        """The response planned from its stored history (read here, awaited) and its
+        input: the chat request, the event builder, where it is kept. `size`: the
+        characters of the frame it came in. Raises RealtimeError."""
         history = await self._history(request.previous_response_id, owner, local)
         plan = self.plan(request, history, stream=stream, warm_next_turn=warm_next_turn)
+        if history:  # a long conversation is prepared off the event loop (`prepare_chat`)
+            size += len(orjson.dumps(history))
+        keep = self.store if request.stores else local
+        return PreparedResponse(
+            request, plan.chat, plan.events, keep, owner, plan.generate, session_id, size
+        )
+
+    async def build_prompt(self, prepared: PreparedResponse) -> PreparedChat:
+        """`ChatPipeline.prepare` of the response's chat request (off the event loop when
+        it is large); its errors name the Responses fields."""
         try:
-            prepared = self.pipeline.prepare(plan.chat, stream=stream, session_id=session_id)
+            chat = prepared.chat = await prepare_chat(
+                self.pipeline,
+                prepared.chat_request,
+                stream=prepared.chat_request.stream is True,
+                session_id=prepared.session_id,
+                size=prepared.size,
+            )
         except RealtimeError as exc:
             raise responses_error(exc) from None
-        keep = self.store if request.stores else local
-        return PreparedResponse(request, prepared, plan.events, keep, owner, plan.generate)
+        return chat
 
     def plan(
         self,
@@ -139,7 +204,7 @@ class ResponsesService:
         warm_next_turn: bool = False,
     ) -> ResponsePlan:
         """The chat request that generates the response and its event builder, without I/O
-        (the socket dialect calls it while it parses; the chat pipeline prepares it)."""
+        (`begin` calls it with the history it read; the chat pipeline prepares it)."""
         messages = chat_messages([*history, *request.items], request.instructions)
         if not messages:
             raise InvalidRequestError(
@@ -176,13 +241,18 @@ class ResponsesService:
         on_chunk: Callable[[dict[str, Any]], None] | None = None,
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Every event of the response, the terminal one last. Closing this generator
-        early closes the pipeline's and with it the engine's (a cancel)."""
+        early closes the pipeline's and with it the engine's (a cancel). The prompt is
+        built here if `prepare` did not build it: after `response.created`, so that its
+        errors end the response `response.failed`."""
         events = prepared.events
         for event in events.start():
             yield event
-        chunks = self.pipeline.stream(prepared.chat)
-        usage = prepared.chat.delta.usage
+        usage = prepared.usage
         try:
+            chat = prepared.chat
+            if chat is None:
+                chat = await self.build_prompt(prepared)
+            chunks = self.pipeline.stream(chat)
             async with aclosing(chunks):
                 async for chunk in chunks:
                     if on_chunk is not None:
@@ -242,30 +312,6 @@ class ResponsesService:
         while walk.next_id is not None:
             for store in stores:
                 if walk.add(await store.chain(walk.next_id, owner, walk.room)):
-                    break
-            else:
-                raise PreviousResponseNotFoundError(previous_id, walk.next_id)
-        return walk.items()
-
-    def history_now(
-        self, previous_id: str | None, owner: str | None, local: ImmediateStore | None
-    ) -> list[dict[str, Any]]:
-        """`_history` without awaiting (the socket dialect's parse); needs stores that read
-        at once (`ImmediateStore`: the memory and SQLite stores)."""
-        if previous_id is None:
-            return []
-        store = self.store
-        if not hasattr(store, "chain_now"):
-            raise UnsupportedFeatureError(
-                "this server's response store cannot serve WebSocket mode continuations",
-                param="previous_response_id",
-            )
-        immediate = cast(ImmediateStore, store)
-        walk = _ChainWalk(previous_id, self.max_chain)
-        stores = [local, immediate] if local is not None else [immediate]
-        while walk.next_id is not None:
-            for source in stores:
-                if walk.add(source.chain_now(walk.next_id, owner, walk.room)):
                     break
             else:
                 raise PreviousResponseNotFoundError(previous_id, walk.next_id)

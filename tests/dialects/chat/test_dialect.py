@@ -10,11 +10,17 @@ import pytest
 
 from realtime.chat.delta import DeltaGenerator
 from realtime.dialects.chat.dialect import ORDERED_LANE, ChatFrameDialect
+from realtime.dialects.pipeline_job import PipelineJob
+from realtime.engine.echo import EchoEngine
+from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import InvalidRequestError
+from realtime.protocol.request import parse_chat_request
 from realtime.session.commands import Cancel, CloseGracefully, CloseWith, Reply, Submit
 from realtime.session.record import RequestRecord
 
 CHAT = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
+#: The dialect's requests would run on it (these tests never run one).
+PIPELINE = ChatPipeline(EchoEngine(), tool_parser="none", reasoning_parser="none")
 
 
 class NoView:
@@ -38,14 +44,18 @@ def parse(dialect: ChatFrameDialect, payload: Any) -> Any:
 
 
 def record(request_id: str = "r", prepared: Any = None) -> RequestRecord:
+    """A request's record; with `prepared`, a job whose prompt the pipeline built."""
     request = RequestRecord(request_id, None, None, None, 0, 0.0)
-    request.prepared = prepared
+    if prepared is not None:
+        job = PipelineJob(PIPELINE, parse_chat_request(CHAT), session_id="sess_t", size=0)
+        job.prepared = prepared
+        request.job = job
     return request
 
 
 @pytest.fixture
 def dialect() -> ChatFrameDialect:
-    return ChatFrameDialect(model_name="echo", session_id="sess_t")
+    return ChatFrameDialect(PIPELINE, model_name="echo", session_id="sess_t")
 
 
 def test_requests_with_an_id_have_no_lane_and_without_one_share_the_ordered_lane(
@@ -100,7 +110,7 @@ def test_session_setup_once_then_too_late(dialect: ChatFrameDialect) -> None:
 
 def test_server_frames(dialect: ChatFrameDialect) -> None:
     chunk: dict[str, Any] = {"object": "chat.completion.chunk", "choices": []}
-    assert dialect.render_chunk(record("a"), chunk) == ({**chunk, "request_id": "a"},)
+    assert dialect.render_output(record("a"), chunk) == ({**chunk, "request_id": "a"},)
     delta = DeltaGenerator(model="echo", prompt_tokens=2)
     delta.finish_reason = "stop"
     (done,) = dialect.render_done(record("a", Prepared(delta)), "completed")

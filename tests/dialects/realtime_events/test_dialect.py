@@ -6,8 +6,12 @@ from typing import Any
 
 import orjson
 
+from realtime.app import event_limits
 from realtime.config import ServerConfig
 from realtime.dialects.realtime_events.dialect import RealtimeEventDialect
+from realtime.dialects.realtime_events.limits import DEFAULT_EVENT_LIMITS
+from realtime.engine.echo import EchoEngine
+from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import TooManyRequestsInFlightError
 from realtime.protocol.input_limits import InputLimits
 from realtime.session.commands import Cancel, Reply, Submit
@@ -15,6 +19,8 @@ from realtime.session.dialect import DialectContext
 from realtime.session.record import RequestRecord
 from tests.dialects.realtime_events.sdk_types import check_server_event
 
+#: The dialect's responses would run on it (these tests never run one).
+PIPELINE = ChatPipeline(EchoEngine(), tool_parser="none", reasoning_parser="none")
 USER = {"type": "conversation.item.create",
         "item": {"type": "message", "role": "user",
                  "content": [{"type": "input_text", "text": "hi"}]}}  # fmt: skip
@@ -31,8 +37,11 @@ class View:
 
 
 def dialect(config: ServerConfig | None = None) -> RealtimeEventDialect:
-    make = RealtimeEventDialect.factory("echo")
-    context = DialectContext("sess_0123", "echo", InputLimits(), lambda m, e: None, config)
+    """The dialect of a socket whose handshake asked for "echo", with the limits the app
+    gives it for `config`."""
+    limits = event_limits(config) if config is not None else DEFAULT_EVENT_LIMITS
+    make = RealtimeEventDialect.factory(PIPELINE, "echo", limits)
+    context = DialectContext("sess_0123", "echo", InputLimits(), lambda m, e: None)
     made = make(context)
     assert isinstance(made, RealtimeEventDialect)
     return made
@@ -106,7 +115,7 @@ def test_a_started_response_streams_and_ends() -> None:
         "object": "chat.completion.chunk",
         "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}],
     }
-    events = [created, *d.render_chunk(rec, chunk), *d.render_done(rec, "completed")]
+    events = [created, *d.render_output(rec, chunk), *d.render_done(rec, "completed")]
     for event in events:
         check_server_event(event)
     assert events[-1]["response"]["status"] == "completed"

@@ -1,21 +1,22 @@
 """WebSocket mode's dialect driven through the session core: no sockets, no event loop.
 
-The service is real (pipeline, echo engine, memory store); the glue's part (prepare
-and stream the chat request) is done here by hand with the pipeline, so every frame
-asserted is one a client would get.
+The service is real (pipeline, echo engine, memory store); the glue's part (run
+each started request's job and render its output) is done here by hand, so every
+frame asserted is one a client would get.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import aclosing
 from typing import Any
 
 from realtime.dialects.responses import ResponsesService
 from realtime.dialects.responses.dialect import DEFAULT_LANE, ResponsesDialect
 from realtime.engine.echo import EchoEngine
 from realtime.pipeline import ChatPipeline
-from realtime.protocol.errors import EngineError
+from realtime.protocol.errors import RealtimeError
 from realtime.session.actions import Action, RequestEnded, Send, StartRequest
 from realtime.session.core import CoreLimits, SessionCore
 from realtime.store import MemoryResponseStore
@@ -34,7 +35,7 @@ def make(**options: Any) -> tuple[SessionCore, ResponsesDialect, ResponsesServic
     asyncio.run(engine.start())
     pipeline = ChatPipeline(engine, tool_parser="none", reasoning_parser="none")
     service = ResponsesService(pipeline, MemoryResponseStore())
-    dialect = ResponsesDialect(service, owner=None, model_name="echo", **options)
+    dialect = ResponsesDialect(service, owner=None, model_name="echo", session_id="s", **options)
     return SessionCore(dialect, CoreLimits()), dialect, service
 
 
@@ -50,18 +51,37 @@ def sent(actions: list[Action]) -> list[dict[str, Any]]:
     return frames
 
 
-def run(core: SessionCore, service: ResponsesService, request_id: str) -> list[dict[str, Any]]:
-    """What the glue does for a started request: prepare, stream, report, hand over."""
-    record = core.records[request_id]
-    pipeline = service.pipeline
+def run(core: SessionCore, request_id: str) -> tuple[list[dict[str, Any]], list[Action]]:
+    """What the glue does for a started request: its job's frames, then the core's answer
+    (reported, handed over), then the same for each request that answer starts."""
+    dialect: ResponsesDialect = core.dialect  # type: ignore[assignment]
 
-    async def stream() -> list[dict[str, Any]]:
-        record.prepared = pipeline.prepare(record.request, stream=True, session_id="s")
-        return [f async for c in pipeline.stream(record.prepared) for f in
-                core.dialect.render_chunk(record, c)]  # fmt: skip
+    async def one(request_id: str) -> tuple[list[dict[str, Any]], list[Action]]:
+        record = core.records[request_id]
+        job = record.job = dialect.job(record)
+        frames: list[dict[str, Any]] = []
+        try:
+            await job.prepare()
+            async with aclosing(job.output(lambda chunk: None)) as outputs:
+                async for item in outputs:
+                    frames += dialect.render_output(record, item)
+            actions = core.request_completed(request_id)
+        except RealtimeError as exc:
+            actions = core.request_failed(request_id, exc)
+        actions += core.terminal_sent(request_id)
+        for frame in frames:
+            check_socket_event(frame)
+        frames += sent(actions)
+        for started in [a for a in actions if isinstance(a, StartRequest)]:
+            more, actions = await one(started.request.id)
+            frames += more
+        return frames, actions
 
-    frames = asyncio.run(stream())
-    return frames + sent(core.request_completed(request_id) + core.terminal_sent(request_id))
+    return asyncio.run(one(request_id))
+
+
+def stored(service: ResponsesService, response_id: str) -> bool:
+    return asyncio.run(service.store.get(response_id, None)) is not None
 
 
 def test_a_response_is_created_streamed_stored_and_ended_once() -> None:
@@ -69,12 +89,13 @@ def test_a_response_is_created_streamed_stored_and_ended_once() -> None:
     actions = create(core, input="hello there", stream_id="a")
     [start] = [a for a in actions if isinstance(a, StartRequest)]
     assert start.request.lane == "a"
-    head = sent(actions)
+    assert sent(actions) == []  # `response.created` is the run's first event
+    frames, _ = run(core, start.request.id)
+    head, rest = frames[:2], frames[2:]
     assert [f["type"] for f in head] == ["response.created", "response.in_progress"]
-    rest = run(core, service, start.request.id)
     assert rest[-1]["type"] == "response.completed" and all(f["stream_id"] == "a" for f in rest)
     response = rest[-1]["response"]
-    assert service.store.get_now(response["id"], None) is not None  # type: ignore[attr-defined]
+    assert stored(service, response["id"])
     assert core.records == {}
 
 
@@ -87,10 +108,11 @@ def test_creates_without_a_lane_share_the_default_one() -> None:
 
 
 def test_a_create_that_cannot_start_is_answered_in_its_lanes_turn() -> None:
-    core, _, service = make()
+    """Its `previous_response_id` is read when its turn comes, before anything is sent."""
+    core, _, _ = make()
     running = [a for a in create(core, input="first", stream_id="a") if isinstance(a, StartRequest)]
     assert sent(create(core, input="x", previous_response_id="resp_nope", stream_id="a")) == []
-    frames = run(core, service, running[0].request.id)
+    frames, _ = run(core, running[0].request.id)
     # the first response's terminal event, then the refusal, in the lane's order
     kinds = [f["type"] for f in frames]
     assert kinds[-2:] == ["response.completed", "error"]
@@ -100,22 +122,34 @@ def test_a_create_that_cannot_start_is_answered_in_its_lanes_turn() -> None:
 
 def test_a_failure_after_the_start_fails_the_response_and_stores_it() -> None:
     core, _, service = make()
+    service.pipeline.engine.fail_after_tokens = 0  # type: ignore[attr-defined]
     [start] = [
         a for a in create(core, input="doomed", stream_id="f") if isinstance(a, StartRequest)
     ]
-    actions = core.request_failed(start.request.id, EngineError("the engine broke"))
-    frames = sent(actions)
+    frames, actions = run(core, start.request.id)
+    frames = frames[2:]  # after `response.created` and `response.in_progress`
     assert [f["type"] for f in frames] == ["response.failed"]
     response = frames[0]["response"]
     assert response["error"]["code"] == "engine_error" and frames[0]["stream_id"] == "f"
-    assert service.store.get_now(response["id"], None) is not None  # type: ignore[attr-defined]
+    assert stored(service, response["id"])
     assert [a.status for a in actions if isinstance(a, RequestEnded)] == ["error"]
 
 
 def test_a_cancelled_response_ends_failed_and_is_not_stored() -> None:
     """Shutdown: the grace ran out while the response ran."""
-    core, _, service = make()
+    core, dialect, service = make()
     [start] = [a for a in create(core, input="slow", stream_id="c") if isinstance(a, StartRequest)]
+    record = core.records[start.request.id]
+
+    async def cut_short() -> None:  # the task is cancelled after the response started
+        job = record.job = dialect.job(record)
+        await job.prepare()
+        async with aclosing(job.output(lambda chunk: None)) as outputs:
+            async for item in outputs:
+                if dialect.render_output(record, item)[0]["type"] == "response.in_progress":
+                    break
+
+    asyncio.run(cut_short())
     core.shutdown_started()
     core.shutdown_grace_over()
     frames = sent(core.request_cancelled(start.request.id))
@@ -137,7 +171,7 @@ def test_the_connection_age_is_checked_when_a_create_arrives() -> None:
 def test_store_false_responses_die_with_the_socket() -> None:
     core, dialect, service = make()
     [start] = [a for a in create(core, input="p", store=False) if isinstance(a, StartRequest)]
-    run(core, service, start.request.id)
+    run(core, start.request.id)
     assert len(dialect.local) == 1 and len(service.store) == 0  # type: ignore[arg-type]
     dialect.ended()
     assert len(dialect.local) == 0
