@@ -37,7 +37,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from realtime.dialects.responses.request import ResponseCreateEvent
 from realtime.dialects.responses.service import ResponsesService, responses_error
 from realtime.dialects.responses.socket_codec import (
     DEFAULT_MAX_AGE_SECONDS,
@@ -80,12 +79,11 @@ class SocketLimits:
     memory_bytes: int = DEFAULT_MEMORY_BYTES
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Turn:
-    """One response's place on the socket (`RequestRecord.context`)."""
+    """One response's place on the socket (`RequestRecord.context`): its lane."""
 
     stream_id: str | None
-    create: ResponseCreateEvent | None
 
 
 class ResponsesDialect:
@@ -97,7 +95,7 @@ class ResponsesDialect:
         *,
         owner: str | None,
         model_name: str,
-        session_id: str = "",
+        session_id: str,
         limits: InputLimits = DEFAULT_INPUT_LIMITS,
         max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS,
         max_streams: int = DEFAULT_MAX_STREAMS,
@@ -158,14 +156,13 @@ class ResponsesDialect:
         event, stream_id = create.event, create.stream_id
         self._last_lane = stream_id
         lane = stream_id if stream_id is not None else DEFAULT_LANE
+        turn = _Turn(stream_id)
         if event.model != self.model_name:
             error = ModelNotFoundError(
                 f"The model `{event.model}` does not exist. Available: {self.model_name}",
                 param="model",
             )
-            turn = _Turn(stream_id, None)
             return Submit(None, None, error, lane, create.size, turn, label="response.create")
-        turn = _Turn(stream_id, event)
         return Submit(None, event, None, lane, create.size, turn, label="response.create")
 
     # --- the core's requests are this socket's responses ---
