@@ -233,7 +233,11 @@ class ChatPipeline:
         )
 
     def render_prompt(
-        self, request: GenerationRequest, conversation: TemplateInput | None
+        self,
+        request: GenerationRequest,
+        conversation: TemplateInput | None,
+        *,
+        add_generation_prompt: bool = True,
     ) -> tuple[str | None, list[int]]:
         """The prompt text (None when the client sent token ids) and its token ids:
         exactly what generation sees (`/tokenize` answers with the same)."""
@@ -245,7 +249,7 @@ class ChatPipeline:
             return None, ids
         prompt = info.chat_template.render(
             conversation.messages,
-            add_generation_prompt=True,
+            add_generation_prompt=add_generation_prompt,
             tools=conversation.tools,
             **conversation.kwargs,
         )
