@@ -31,7 +31,7 @@ from realtime.session.dialect import (
     DoneStatus,
     SessionView,
 )
-from realtime.session.job import Job, Observe
+from realtime.session.job import Job, Observe, Timer
 from realtime.session.record import RequestRecord
 
 __all__ = [
@@ -55,4 +55,5 @@ __all__ = [
     "SessionCore",
     "SessionView",
     "Submit",
+    "Timer",
 ]

@@ -4,7 +4,8 @@ The core starts a request (`StartRequest`); the glue then asks the dialect for
 the request's job (`Dialect.job(record)`) and, in the request's task:
 
     await job.prepare()                  # what must be awaited first
-    async with aclosing(job.output(observe)) as outputs:
+    observe = job.observer(timer)        # how the latency timer sees the output
+    async with aclosing(job.output()) as outputs:
         async for item in outputs:       # each item: dialect.render_output -> frames
             observe(item)
 
@@ -14,11 +15,10 @@ does I/O while it parses; what it needs from a store it reads here, before its
 request's first frame. Raising `RealtimeError` from either step fails the
 request (the dialect's `render_error`).
 
-Closing the output iterator early (the task was cancelled: a cancel, a close, the
-peer gone) closes the generators under it, down to the engine's: that is how a
-cancel stops generation. `observe` is the request's latency timer: the glue shows
-it every item, and a job whose items are not the pipeline's chunks (Responses
-events) shows it the chunks under them too.
+Closing the output early (the task was cancelled: a cancel, a close, the peer
+gone) closes the generators under it, down to the engine's: that is how a cancel
+stops generation. A job whose output is the pipeline's own generator adds no
+layer to the per-token path: its dialect renders each typed event inline.
 """
 
 from __future__ import annotations
@@ -26,8 +26,20 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Callable
 from typing import Any, Protocol
 
-#: Shown each chat chunk as it is produced (the request's time to first token, gaps).
-Observe = Callable[[dict[str, Any]], None]
+#: Shown each output item as it is produced (the request's time to first token, gaps).
+Observe = Callable[[Any], None]
+
+
+class Timer(Protocol):
+    """The request's latency timer, as the glue keeps it (`RequestTimer`)."""
+
+    def chunk(self, chunk: dict[str, Any]) -> None:
+        """A chat chunk was made: a token if it carries output."""
+        ...
+
+    def step(self, step: Any) -> None:
+        """A pipeline event was made (`Step`, `Finish`): a token if it carries output."""
+        ...
 
 
 class Job(Protocol):
@@ -43,7 +55,13 @@ class Job(Protocol):
         """Everything to await before the output: store reads, the pipeline's prepare."""
         ...
 
-    def output(self, observe: Observe) -> AsyncGenerator[Any, None]:
+    def observer(self, timer: Timer) -> Observe:
+        """How `timer` sees each output item (called before `output`): `timer.step` for
+        the pipeline's events; a job whose items are not the pipeline's (Responses
+        events) shows the timer the chunks under them itself and returns a no-op."""
+        ...
+
+    def output(self) -> AsyncGenerator[Any, None]:
         """The output, item by item, for the dialect's `render_output`; after `prepare`."""
         ...
 

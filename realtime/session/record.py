@@ -7,7 +7,6 @@ from typing import Any
 
 from realtime.protocol.errors import RealtimeError
 from realtime.protocol.states import RequestState
-from realtime.session.job import Job
 
 
 @dataclass(slots=True, eq=False)
@@ -35,8 +34,9 @@ class RequestRecord:
     #: Its terminal frames were decided (they may still be on their way to the outbox).
     answered: bool = False
     # --- kept by the glue while the request runs (the core never reads them) ---
-    #: Its job (`Dialect.job`): the dialect renders ids and usage from it.
-    job: Job | None = None
+    #: Its `Job` (`Dialect.job`; None until it runs): the dialect that made it reads its
+    #: own kind back (its run, ids, usage), hence not typed here.
+    job: Any = None
     #: Its `RequestTimer` while it streams.
     timer: Any = None
     #: The task took its first step (a cancel before that only flags it).

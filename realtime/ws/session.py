@@ -293,10 +293,10 @@ class RealtimeSession:
             job = request.job = self.dialect.job(request)
             await job.prepare()  # store reads, the prompt: before any output
             timer = request.timer = RequestTimer(self.metrics, TRANSPORT, request.received_at)
-            observe, kind = timer.chunk, job.output_kind
+            observe, kind = job.observer(timer), job.output_kind
             put, render = self._outbox.put, self.dialect.render_output
             # Closing the output (a cancel ends this loop) closes the engine's generator.
-            async with aclosing(job.output(observe)) as outputs:
+            async with aclosing(job.output()) as outputs:
                 async for item in outputs:
                     observe(item)
                     for frame in render(request, item):

@@ -20,8 +20,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from realtime.config import ServerConfig
+from realtime.dialects.chat.job import ChatJob
 from realtime.dialects.chat.selector import chat_frames
-from realtime.dialects.pipeline_job import PipelineJob
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import InvalidRequestError, RealtimeError
 from realtime.protocol.request import parse_chat_request
@@ -78,13 +78,17 @@ class EventsDialect:
     def render_started(self, request: RequestRecord) -> Sequence[Frame]:
         return ({"type": "started", "id": request.id, "asked": request.context["asked"]},)
 
-    def job(self, request: RequestRecord) -> PipelineJob:
-        return PipelineJob(self.pipeline, request.request, session_id=self.session_id, size=0)
+    def job(self, request: RequestRecord) -> ChatJob:
+        return ChatJob(self.pipeline, request.request, session_id=self.session_id, size=0)
 
-    def render_output(self, request: RequestRecord, chunk: dict[str, Any]) -> Sequence[Frame]:
-        choices = chunk.get("choices") or ()
-        text = choices[0]["delta"].get("content") if choices else None
-        return ({"type": "delta", "id": request.id, "text": text},) if text else ()
+    def render_output(self, request: RequestRecord, event: Any) -> Sequence[Frame]:
+        frames = []
+        for chunk in request.job.render(event):  # the chat chunks of a pipeline event
+            choices = chunk.get("choices") or ()
+            text = choices[0]["delta"].get("content") if choices else None
+            if text:
+                frames.append({"type": "delta", "id": request.id, "text": text})
+        return frames
 
     def render_done(self, request: RequestRecord, status: DoneStatus) -> Sequence[Frame]:
         usage = request.job.usage() if request.job is not None else None

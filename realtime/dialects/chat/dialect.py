@@ -6,8 +6,8 @@ requests with one run concurrently. A frame that is not JSON closes the socket
 with 1007, a binary frame with 1003; JSON that is not a valid frame gets an
 `error` frame and the socket stays. This dialect also owns the optional
 `session.setup` (its model and request defaults), through the `SETUP` table.
-Each request runs on the chat pipeline as a `PipelineJob`, and its chunks go out
-as they come, with the request's id.
+Each request runs on the chat pipeline as a `ChatJob`; the pipeline's events are
+rendered as chunks here, as they come, each with the request's id.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from realtime.dialects.pipeline_job import PipelineJob
+from realtime.dialects.chat.job import ChatJob
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import (
     BinaryFrameError,
@@ -183,23 +183,26 @@ class ChatFrameDialect:
     def render_started(self, request: RequestRecord) -> Sequence[Frame]:
         return ()
 
-    def job(self, request: RequestRecord) -> PipelineJob:
-        return PipelineJob(
+    def job(self, request: RequestRecord) -> ChatJob:
+        return ChatJob(
             self.pipeline, request.request, session_id=self.session_id, size=request.size
         )
 
-    def render_output(self, request: RequestRecord, item: dict[str, Any]) -> Sequence[Frame]:
-        """A chunk, or the completion of a request that did not stream: as it is, with
-        the request's id."""
-        item["request_id"] = request.id
-        return (item,)
+    def render_output(self, request: RequestRecord, item: Any) -> Sequence[Frame]:
+        """A pipeline event as its chunks (the completion of a request that did not
+        stream as it is), each with the request's id."""
+        frames: list[Frame] = request.job.render(item)
+        request_id = request.id
+        for frame in frames:
+            frame["request_id"] = request_id
+        return frames
 
     def render_done(self, request: RequestRecord, status: DoneStatus) -> Sequence[Frame]:
-        job = request.job
-        prepared = job.prepared if isinstance(job, PipelineJob) else None
-        if prepared is None:  # never ran: no completion id, no usage
+        job: ChatJob | None = request.job
+        run = job.run if job is not None else None
+        if run is None:  # never ran: no completion id, no usage
             return (done_frame(request.id, None, status, None, None),)
-        delta = prepared.delta
+        delta = run.delta
         finish_reason = delta.finish_reason if status == "completed" else None
         return (done_frame(request.id, delta.id, status, finish_reason, delta.usage()),)
 

@@ -5,5 +5,6 @@ A socket speaks it when its handshake URL carries a `model` query parameter (the
 one the socket speaks chat frames (`realtime.dialects.chat`). Everything here is
 pure: event models, the session's configuration and conversation, the chat
 request built from them, the server events rendered from the pipeline's chunks,
-the dialect (its responses run as `PipelineJob`s) and the handshake selector.
+the dialect (its responses run, for now, as chat's `ChatJob`s) and the handshake
+selector.
 """

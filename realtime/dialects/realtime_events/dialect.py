@@ -4,8 +4,10 @@ The socket speaks it when its handshake URL carries `model` (see
 `realtime.dialects.realtime_events`); the session core runs its responses exactly as it
 runs chat-frame requests (slots, cancel, backpressure, endings). Everything the
 dialect decides is in `EventSession` (pure): here its answers become the core's
-commands, and the core's requests its responses, each run on the chat pipeline
-as a `PipelineJob` whose chunks the response's renderer turns into events.
+commands, and the core's requests its responses. For now each runs as a chat
+completion (`realtime.dialects.chat`'s `ChatJob`: the session still lowers a
+response to a chat request) whose chunks the response's renderer turns into
+events.
 Unlike the chat frames, no client input closes the socket: malformed JSON, binary
 frames and unknown events each get an `error` event and the session carries on
 (OpenAI's rule).
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from realtime.dialects.pipeline_job import PipelineJob
+from realtime.dialects.chat.job import ChatJob
 from realtime.dialects.realtime_events.errors import error_event
 from realtime.dialects.realtime_events.limits import DEFAULT_EVENT_LIMITS, EventLimits
 from realtime.dialects.realtime_events.render import ResponseRenderer
@@ -117,14 +119,21 @@ class RealtimeEventDialect:
     def render_started(self, request: RequestRecord) -> Sequence[Frame]:
         return [self._renderer(request).created()]
 
-    def job(self, request: RequestRecord) -> PipelineJob:
-        return PipelineJob(
+    def job(self, request: RequestRecord) -> ChatJob:
+        return ChatJob(
             self.pipeline, request.request, session_id=self.session.session_id, size=request.size
         )
 
-    def render_output(self, request: RequestRecord, item: dict[str, Any]) -> Sequence[Frame]:
-        """One chat chunk of the response (Realtime responses always stream)."""
-        return self._renderer(request).feed(item)
+    def render_output(self, request: RequestRecord, item: Any) -> Sequence[Frame]:
+        """One pipeline event of the response (Realtime responses always stream), through
+        the chat chunks it makes."""
+        chunks = request.job.render(item)
+        if not chunks:
+            return ()
+        feed = self._renderer(request).feed
+        if len(chunks) == 1:
+            return feed(chunks[0])
+        return [event for chunk in chunks for event in feed(chunk)]
 
     def render_done(self, request: RequestRecord, status: DoneStatus) -> Sequence[Frame]:
         renderer = self._renderer(request)

@@ -236,5 +236,5 @@ class ResponsesDialect:
 
 
 def _job(request: RequestRecord) -> ResponseJob | None:
-    job = request.job
-    return job if isinstance(job, ResponseJob) else None
+    job: ResponseJob | None = request.job
+    return job

@@ -38,6 +38,8 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from realtime.dialects.chat.build import chat_generation
+from realtime.dialects.chat.run import ChatRun
 from realtime.dialects.responses import ids
 from realtime.dialects.responses.conversation import chat_messages
 from realtime.dialects.responses.errors import (
@@ -52,7 +54,7 @@ from realtime.dialects.responses.request import (
     TextConfig,
     parse_responses_request,
 )
-from realtime.pipeline import ChatPipeline, PreparedChat
+from realtime.pipeline import ChatPipeline
 from realtime.pipeline.offload import prepare_chat
 from realtime.protocol.errors import InvalidRequestError, RealtimeError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
@@ -85,8 +87,9 @@ class PreparedResponse:
     session_id: str | None = None
     #: Characters of its frame and history: a large prompt is built off the event loop.
     size: int = 0
-    #: The pipeline's prepared request, once `build_prompt` built it.
-    chat: PreparedChat | None = None
+    #: The chat completion whose chunks the events are made from, once `build_prompt`
+    #: built its prompt.
+    chat: ChatRun | None = None
 
     @property
     def id(self) -> str:
@@ -95,7 +98,7 @@ class PreparedResponse:
 
     def usage(self) -> dict[str, Any] | None:
         """The chat usage so far (None until the prompt was built)."""
-        return self.chat.delta.usage() if self.chat is not None else None
+        return self.chat.usage() if self.chat is not None else None
 
 
 @dataclass(slots=True)
@@ -180,19 +183,22 @@ class ResponsesService:
             request, plan.chat, plan.events, keep, owner, plan.generate, session_id, size
         )
 
-    async def build_prompt(self, prepared: PreparedResponse) -> PreparedChat:
+    async def build_prompt(self, prepared: PreparedResponse) -> ChatRun:
         """`ChatPipeline.prepare` of the response's chat request (off the event loop when
-        it is large); its errors name the Responses fields."""
+        it is large), as a `ChatRun`; its errors name the Responses fields."""
         try:
-            chat = prepared.chat = await prepare_chat(
+            stream = prepared.chat_request.stream is True
+            generation = chat_generation(prepared.chat_request)
+            ready = await prepare_chat(
                 self.pipeline,
-                prepared.chat_request,
-                stream=prepared.chat_request.stream is True,
+                generation,
+                stream=stream,
                 session_id=prepared.session_id,
                 size=prepared.size,
             )
         except RealtimeError as exc:
             raise responses_error(exc) from None
+        chat = prepared.chat = ChatRun(self.pipeline, prepared.chat_request, ready, stream=stream)
         return chat
 
     def plan(
@@ -252,7 +258,7 @@ class ResponsesService:
             chat = prepared.chat
             if chat is None:
                 chat = await self.build_prompt(prepared)
-            chunks = self.pipeline.stream(chat)
+            chunks = chat.stream()
             async with aclosing(chunks):
                 async for chunk in chunks:
                     if on_chunk is not None:

@@ -19,7 +19,7 @@ from typing import Any
 from realtime.dialects.responses.events import ResponseEvents
 from realtime.dialects.responses.request import ResponseCreateEvent
 from realtime.dialects.responses.service import PreparedResponse, ResponsesService
-from realtime.session.job import Observe
+from realtime.session.job import Observe, Timer
 from realtime.store.base import ResponseStore
 
 #: The events that end a response (each run sends exactly one, last).
@@ -51,6 +51,8 @@ class ResponseJob:
         self.prepared: PreparedResponse | None = None
         self.started = False
         self.ended = False
+        #: Shown each chat chunk under the events (the request's latency timer).
+        self._on_chunk: Observe | None = None
 
     async def prepare(self) -> None:
         self.prepared = await self.service.begin(
@@ -62,10 +64,16 @@ class ResponseJob:
             size=self.size,
         )
 
-    async def output(self, observe: Observe) -> AsyncGenerator[dict[str, Any], None]:
+    def observer(self, timer: Timer) -> Observe:
+        """The run shows `timer` its chat chunks; the events themselves are not tokens."""
+        self._on_chunk = timer.chunk
+        return _ignore
+
+    async def output(self) -> AsyncGenerator[dict[str, Any], None]:
         prepared = self.prepared
         assert prepared is not None, "output() before prepare()"
-        async with aclosing(self.service.events(prepared, on_chunk=observe)) as events:
+        run = self.service.events(prepared, on_chunk=self._on_chunk)
+        async with aclosing(run) as events:
             async for event in events:
                 self.started = True
                 if event["type"] in TERMINAL_EVENTS:
@@ -85,4 +93,8 @@ class ResponseJob:
     @property
     def answer_id(self) -> str | None:
         chat = self.prepared.chat if self.prepared is not None else None
-        return chat.delta.id if chat is not None else None
+        return chat.id if chat is not None else None
+
+
+def _ignore(event: Any) -> None:
+    return None

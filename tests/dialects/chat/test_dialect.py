@@ -10,7 +10,7 @@ import pytest
 
 from realtime.chat.delta import DeltaGenerator
 from realtime.dialects.chat.dialect import ORDERED_LANE, ChatFrameDialect
-from realtime.dialects.pipeline_job import PipelineJob
+from realtime.dialects.chat.job import ChatJob
 from realtime.engine.echo import EchoEngine
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import InvalidRequestError
@@ -44,12 +44,12 @@ def parse(dialect: ChatFrameDialect, payload: Any) -> Any:
 
 
 def record(request_id: str = "r", prepared: Any = None) -> RequestRecord:
-    """A request's record; with `prepared`, a job whose prompt the pipeline built."""
+    """A request's record and its job (one that did not stream: its output is rendered as
+    it is); with `prepared`, the job's prompt was built."""
     request = RequestRecord(request_id, None, None, None, 0, 0.0)
-    if prepared is not None:
-        job = PipelineJob(PIPELINE, parse_chat_request(CHAT), session_id="sess_t", size=0)
-        job.prepared = prepared
-        request.job = job
+    body = parse_chat_request({**CHAT, "stream": False})
+    request.job = ChatJob(PIPELINE, body, session_id="sess_t", size=0)
+    request.job.run = prepared
     return request
 
 
@@ -110,7 +110,7 @@ def test_session_setup_once_then_too_late(dialect: ChatFrameDialect) -> None:
 
 def test_server_frames(dialect: ChatFrameDialect) -> None:
     chunk: dict[str, Any] = {"object": "chat.completion.chunk", "choices": []}
-    assert dialect.render_output(record("a"), chunk) == ({**chunk, "request_id": "a"},)
+    assert dialect.render_output(record("a"), chunk) == [{**chunk, "request_id": "a"}]
     delta = DeltaGenerator(model="echo", prompt_tokens=2)
     delta.finish_reason = "stop"
     (done,) = dialect.render_done(record("a", Prepared(delta)), "completed")

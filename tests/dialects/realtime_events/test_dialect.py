@@ -51,9 +51,14 @@ def parse(d: RealtimeEventDialect, event: dict[str, Any]) -> Any:
     return d.parse(orjson.dumps(event).decode(), View())
 
 
-def record(submit: Submit) -> RequestRecord:
+def record(submit: Submit, dialect: RealtimeEventDialect | None = None) -> RequestRecord:
+    """The core's record of a submitted response; with `dialect`, the job it made for it,
+    never prepared (its output items, chat chunks here, pass through as they are)."""
     assert submit.request_id is not None
-    return RequestRecord(submit.request_id, None, submit.request, None, 0, 0.0, submit.context)
+    made = RequestRecord(submit.request_id, None, submit.request, None, 0, 0.0, submit.context)
+    if dialect is not None:
+        made.job = dialect.job(made)
+    return made
 
 
 def test_opened_parse_and_labels() -> None:
@@ -109,7 +114,7 @@ def test_a_started_response_streams_and_ends() -> None:
     d = dialect()
     parse(d, USER)
     submit = parse(d, {"type": "response.create"})
-    rec = record(submit)
+    rec = record(submit, d)
     [created] = d.render_started(rec)
     chunk = {
         "object": "chat.completion.chunk",

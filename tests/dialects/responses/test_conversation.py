@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from realtime.chat.conversation import assistant_message
-from realtime.chat.tools.events import ParsedOutput, ParsedToolCall
+from typing import Any
+
 from realtime.dialects.responses.conversation import chat_messages
 from realtime.dialects.responses.items import normalize_input
+from realtime.protocol.output import ParsedOutput, ParsedToolCall
 
 
 def call(call_id: str, name: str = "f", arguments: str = "{}") -> dict[str, str]:
@@ -113,3 +114,20 @@ def test_reasoning_falls_back_to_its_summary() -> None:
     assert chat_messages(items, None) == [
         {"role": "assistant", "content": "a", "reasoning_content": "s1\ns2"}
     ]
+
+
+def assistant_message(output: ParsedOutput) -> dict[str, Any]:
+    """The chat message a client sends back for a parsed answer (content null when the
+    answer is only tool calls, reasoning as `reasoning_content`, arguments as JSON text)."""
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": output.content if output.content or not output.tool_calls else None,
+    }
+    if output.reasoning:
+        message["reasoning_content"] = output.reasoning
+    if output.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in output.tool_calls
+        ]
+    return message

@@ -23,6 +23,16 @@ from realtime.store import MemoryResponseStore
 from tests.dialects.responses.sdk_types import check_socket_event
 
 
+class Timer:
+    """A latency timer that times nothing."""
+
+    def chunk(self, chunk: Any) -> None:
+        return None
+
+    def step(self, step: Any) -> None:
+        return None
+
+
 class Clock:
     now = 0.0
 
@@ -62,7 +72,8 @@ def run(core: SessionCore, request_id: str) -> tuple[list[dict[str, Any]], list[
         frames: list[dict[str, Any]] = []
         try:
             await job.prepare()
-            async with aclosing(job.output(lambda chunk: None)) as outputs:
+            job.observer(Timer())
+            async with aclosing(job.output()) as outputs:
                 async for item in outputs:
                     frames += dialect.render_output(record, item)
             actions = core.request_completed(request_id)
@@ -144,7 +155,8 @@ def test_a_cancelled_response_ends_failed_and_is_not_stored() -> None:
     async def cut_short() -> None:  # the task is cancelled after the response started
         job = record.job = dialect.job(record)
         await job.prepare()
-        async with aclosing(job.output(lambda chunk: None)) as outputs:
+        job.observer(Timer())
+        async with aclosing(job.output()) as outputs:
             async for item in outputs:
                 if dialect.render_output(record, item)[0]["type"] == "response.in_progress":
                     break

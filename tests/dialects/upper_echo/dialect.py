@@ -14,16 +14,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from realtime.dialects.pipeline_job import PipelineJob
 from realtime.pipeline import ChatPipeline
-from realtime.protocol.errors import RealtimeError
-from realtime.protocol.request import parse_chat_request
+from realtime.pipeline.events import Step
+from realtime.protocol.conversation import Message
+from realtime.protocol.errors import InvalidRequestError, RealtimeError
+from realtime.protocol.generation_request import FieldPaths, GenerationRequest
+from realtime.protocol.output import ContentDelta
 from realtime.session.commands import Cancel, Command, Frame, Reply, Submit
 from realtime.session.dialect import DialectContext, DoneStatus, SessionView
 from realtime.session.record import RequestRecord
+from tests.dialects.upper_echo.job import UpperEchoJob
 
 #: Every prompt of a socket runs in this lane: one at a time, in order.
 LANE = "prompts"
+#: The protocol's names for what the pipeline may find wrong (its errors name them).
+PATHS = FieldPaths(model="model", input="text")
 
 
 class UpperEchoDialect:
@@ -44,16 +49,14 @@ class UpperEchoDialect:
             return Cancel(self.last)
         self.prompts += 1
         request_id = self.last = f"up_{self.prompts}"
-        body = {
-            "model": self.context.model_name,
-            "messages": [{"role": "user", "content": text}],
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        try:
-            request = parse_chat_request(body, self.context.limits)
-        except RealtimeError as exc:
-            return Submit(request_id, None, exc, LANE, len(text), label="prompt")
+        if not text.strip():
+            error = InvalidRequestError("an empty prompt has nothing to echo", param="text")
+            return Submit(request_id, None, error, LANE, len(text), label="prompt")
+        request = GenerationRequest(
+            model=self.context.model_name,
+            conversation=(Message("user", (text,)),),
+            paths=PATHS,
+        )
         return Submit(request_id, request, None, LANE, len(text), label="prompt")
 
     def parse_binary(self, data: bytes) -> Command:
@@ -63,17 +66,22 @@ class UpperEchoDialect:
     def render_started(self, request: RequestRecord) -> Sequence[Frame]:
         return ({"type": "upper.started", "id": request.id},)
 
-    def job(self, request: RequestRecord) -> PipelineJob:
-        return PipelineJob(
+    def job(self, request: RequestRecord) -> UpperEchoJob:
+        return UpperEchoJob(
             self.pipeline,
             request.request,
             session_id=self.context.session_id,
             size=request.size,
         )
 
-    def render_output(self, request: RequestRecord, item: dict[str, Any]) -> Sequence[Frame]:
-        choices = item.get("choices")
-        text = choices[0]["delta"].get("content") if choices else None
+    def render_output(self, request: RequestRecord, item: Any) -> Sequence[Frame]:
+        """Straight from the pipeline's typed events: a step's answer text, upper-cased."""
+        if type(item) is not Step:
+            return ()  # the `Finish`: `upper.done` is the terminal frame
+        if item.events is None:
+            text = item.text
+        else:
+            text = "".join(e.text for e in item.events if isinstance(e, ContentDelta))
         return ({"type": "upper.delta", "id": request.id, "text": text.upper()},) if text else ()
 
     def render_done(self, request: RequestRecord, status: DoneStatus) -> Sequence[Frame]:
