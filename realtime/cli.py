@@ -21,7 +21,15 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="realtime", description=__doc__)
     parser.add_argument("--version", action="version", version=f"realtime {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the server")
+    serve = commands.add_parser(
+        "serve",
+        help="run the server",
+        # A short usage line: argparse's own lists all 60 flags, 60 lines above a usage error.
+        usage="%(prog)s [-h] [OPTIONS]",
+        description="Serve a model over /v1/realtime and the OpenAI-compatible HTTP API"
+        " (the echo engine unless --engine says otherwise). docs/flags.md has every"
+        " option in tables.",
+    )
     add_flags(serve)
     return parser
 
@@ -155,11 +163,17 @@ def serve(config: ServerConfig) -> int:
         return EXIT_CANNOT_LISTEN
     try:
         engine = engine_from_config(config)
-        app = build_app(config, engine)
     except (ValueError, ImportError) as exc:
         for sock in sockets:
             sock.close()
         print(f"realtime: cannot start engine {config.engine!r}: {exc}", file=sys.stderr)
+        return 2
+    try:  # the rest (parsers, the response store) is not the engine's fault
+        app = build_app(config, engine)
+    except ValueError as exc:
+        for sock in sockets:
+            sock.close()
+        print(f"realtime: cannot start: {exc}", file=sys.stderr)
         return 2
 
     def announce(port: int | None) -> None:
@@ -205,6 +219,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "serve":
+        from realtime.observability.logs import configure_logging
+
+        # Before the config is built: `--engine auto` logs which engine it chose and why.
+        configure_logging(args.log_level, args.log_format, args.api_key)
         try:
             config = config_from_args(args)
         except EngineLoadError as exc:  # one line, no usage: the engine spec was understood
