@@ -166,8 +166,6 @@ def configure_logging(level: str, fmt: str, secrets: Iterable[str] = ()) -> None
         logger = logging.getLogger(name)
         logger.handlers.clear()
         logger.propagate = True
-        for earlier in [f for f in logger.filters if isinstance(f, RedactSecrets)]:
-            logger.removeFilter(earlier)  # configured again: one redactor, the latest keys
         logger.addFilter(redactor)
 
 
