@@ -40,6 +40,9 @@ class Submit:
     size: int = 0
     context: Any = None
     label: str = "request"
+    #: The id the client is shown for the answer when the dialect knows it at once
+    #: (`resp_...`); None: its job's (`Job.answer_id`). The `request.end` log line's `id`.
+    response_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,5 +71,6 @@ class Job(Protocol):
 
     @property
     def answer_id(self) -> str | None:
-        """The id the pipeline gave the answer (`chatcmpl-...`), for the log line."""
+        """The answer's id as its client got it (`chatcmpl-...`, `resp_...`), for the log
+        line (a `Submit.response_id` the dialect knew at once wins over it)."""
         ...

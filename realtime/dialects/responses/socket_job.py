@@ -92,8 +92,8 @@ class ResponseJob:
 
     @property
     def answer_id(self) -> str | None:
-        chat = self.prepared.chat if self.prepared is not None else None
-        return chat.id if chat is not None else None
+        """The response's id (`resp_...`: what the client was given)."""
+        return self.prepared.id if self.prepared is not None else None
 
 
 def _ignore(event: Any) -> None:
