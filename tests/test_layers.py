@@ -340,3 +340,40 @@ def test_the_twin_check_catches_a_twin() -> None:
         "    def peek_now(self): ...\n"
     )
     assert sync_twins(source) == ["S.put_now", "S.chain_sync", "S.peek_now"]
+
+
+#: The one conversion from conversation items to chat-template messages.
+CONVERSION = "realtime.chat.conversation"
+
+
+def message_builders(source: str) -> list[str]:
+    """What in `source` builds chat-template messages: a function named `*_messages`, or a
+    dict display of a message answering a tool call (`role` and `tool_call_id`)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.endswith(
+            "messages"
+        ):
+            found.append(f"def {node.name}")
+        elif isinstance(node, ast.Dict):
+            keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+            if {"role", "tool_call_id"} <= keys:
+                found.append(f"a tool message at line {node.lineno}")
+    return found
+
+
+def test_no_function_converting_items_to_template_messages_is_defined_twice() -> None:
+    """Every API renders its conversation through `template_messages`, so the same
+    conversation is one prompt whichever API carried it (the template's own adapter,
+    `model/template.prepare_messages`, and the client library's history are not
+    conversions of items)."""
+    exempt = {CONVERSION, "realtime.model.template", "realtime.client.repl"}
+    found = [
+        f"{module}: {builder}"
+        for module, source in package_modules()
+        if module not in exempt
+        for builder in message_builders(source)
+    ]
+    assert found == []
+    conversion = dict(package_modules())[CONVERSION]
+    assert message_builders(conversion)[0] == "def template_messages"  # really read
