@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from realtime.chat.coalesce import fold_chunk
 from realtime.dialects.chat.job import ChatJob
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import (
@@ -196,6 +197,10 @@ class ChatFrameDialect:
         for frame in frames:
             frame["request_id"] = request_id
         return frames
+
+    def fold(self, held: Frame, frame: Frame) -> bool:
+        """Two plain text chunks of one completion fold (`realtime.chat.coalesce`)."""
+        return fold_chunk(held, frame)
 
     def render_done(self, request: RequestRecord, status: DoneStatus) -> Sequence[Frame]:
         job: ChatJob | None = request.job
