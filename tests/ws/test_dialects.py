@@ -90,6 +90,9 @@ class EventsDialect:
                 frames.append({"type": "delta", "id": request.id, "text": text})
         return frames
 
+    def fold(self, held: Frame, frame: Frame) -> bool:
+        return False  # every event stands alone
+
     def render_done(self, request: RequestRecord, status: DoneStatus) -> Sequence[Frame]:
         usage = request.job.usage() if request.job is not None else None
         return (
