@@ -239,6 +239,28 @@ class CpuBackend:
             )
         return plain
 
+    # --- what the engine reports (read from the event loop: lengths, read whole) ---
+
+    @property
+    def running(self) -> int:
+        """Client jobs in the batch (paused ones included: they keep their place)."""
+        return len(self._batch)
+
+    @property
+    def waiting(self) -> int:
+        """Client jobs waiting for a place in the batch."""
+        return len(self._waiting)
+
+    @property
+    def batch_rows(self) -> int | None:
+        """Rows of the batch KV cache (one per client job in the batch), or None when
+        every sequence runs alone with a cache of its own (no fixed bound)."""
+        return self.options.max_batch_size if self._runner.batched else None
+
+    @property
+    def reuses_prefixes(self) -> bool:
+        return self.prefixes.max_tokens > 0
+
     # --- StepBackend ---
 
     def add(self, job_id: int, request: EngineRequest) -> None:
@@ -560,6 +582,8 @@ class CpuBackend:
         job.attached = True
         job.stats.prefill_reused = job.computed
         self.stats.prefill_tokens_reused += job.computed
+        if self.prefixes.max_tokens > 0:
+            self.stats.prefix_cache_queries += job.prompt_len
 
     def _keep_prefix(self, job: _Job) -> None:
         """Offer the job's KV state (the tokens fed so far) to the prefix cache, then free

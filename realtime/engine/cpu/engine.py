@@ -42,6 +42,7 @@ from realtime.engine.cpu.backend import (
 from realtime.engine.cpu.sampling import validate_sampling
 from realtime.engine.errors import EngineRequestError, RequestPart
 from realtime.engine.grammar import NOT_LOADED, GrammarSupport, bind_grammar
+from realtime.engine.snapshot import EngineSnapshot, KvCacheSnapshot
 from realtime.engine.threaded import ThreadedEngineCore
 from realtime.model.info import ModelInfo
 from realtime.model.model_dir import ModelFiles, load_model_dir
@@ -183,6 +184,35 @@ class CpuEngine:
 
     async def close(self) -> None:
         await self._core.close()
+
+    def snapshot(self) -> EngineSnapshot:
+        """Client jobs in the batch (running) and waiting for a place in it, or for the
+        engine thread to take them between steps; the batch KV cache as blocks of one row
+        each: a row holds one sequence of up to the context length, so the share of rows
+        held is the share of the batch's KV that requests hold. Prefix-cache queries and
+        hits are prompt tokens looked up and found when a job joins. The cpu engine
+        never preempts a job to resume it later (a warm-up that a client request takes
+        over ends; `stats.requests_preempted` counts those), so `preemptions` is 0."""
+        stats, backend = self.stats, self.backend
+        if backend is None:
+            return EngineSnapshot()
+        rows = backend.batch_rows
+        kv = None
+        if rows is not None:
+            kv = KvCacheSnapshot(
+                block_size=self.options.context_length,
+                total_blocks=rows,
+                used_blocks=backend.running,
+                prefix_caching=backend.reuses_prefixes,
+                dtype=self.dtype,
+            )
+        return EngineSnapshot(
+            running=backend.running,
+            waiting=backend.waiting + self._core.queued,
+            kv_cache=kv,
+            prefix_cache_queries=stats.prefix_cache_queries,
+            prefix_cache_hits=stats.prefill_tokens_reused,
+        )
 
     def end_session(self, session_id: str) -> None:
         """The session is over: its cache entries lose their protection (are dropped when
