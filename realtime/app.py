@@ -20,6 +20,7 @@ from realtime.config import ServerConfig, constraint_limits, input_limits
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
 from realtime.engine.registry import build_engine, resolve_engine
+from realtime.engine.snapshot import ReportsSnapshot
 from realtime.http.chat_completions import chat_completions
 from realtime.http.completions import completions
 from realtime.http.errors import handle_http_exception, handle_realtime_error, openai_errors
@@ -35,6 +36,7 @@ from realtime.http.responses import (
 )
 from realtime.http.ui import ui_routes
 from realtime.observability.metrics import Metrics
+from realtime.observability.vllm_metrics import VllmMetrics
 from realtime.pipeline import ChatPipeline
 from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.errors import RealtimeError
@@ -111,6 +113,15 @@ def response_store(config: ServerConfig) -> ResponseStore:
 def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
     """The whole server as one ASGI app. Pass `engine` to serve one you built yourself."""
     engine = engine if engine is not None else engine_from_config(config)
+    metrics = Metrics()
+    # vLLM's metric names, for routers and autoscalers; the engine's state is read
+    # through its snapshot() at scrape time.
+    vllm = VllmMetrics(
+        metrics.registry,
+        engine.info.name,
+        engine.info.context_length,
+        engine.snapshot if isinstance(engine, ReportsSnapshot) else None,
+    )
     # Parser names are checked here, before anything listens (UnknownParserError is a
     # ValueError listing the valid names).
     pipeline = ChatPipeline(
@@ -121,9 +132,9 @@ def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
         max_speculative=config.max_speculative,
         max_tokens_cap=config.max_tokens_cap,
         constraint_limits=constraint_limits(config),
+        meter=vllm,
     )
     responses = ResponsesService(pipeline, response_store(config), limits=input_limits(config))
-    metrics = Metrics()
     hub = SessionHub(config.max_connections)
     ui = ui_routes() if config.ui else []
     table = [*routes(), *ui]

@@ -164,6 +164,7 @@ class CompletionPipeline:
                 tokenizer,
                 stops,
                 skip_special_tokens=request.skip_special_tokens is not False,
+                meter=self.chat.meter,
             )
             async with aclosing(steps):
                 async for step in steps:
