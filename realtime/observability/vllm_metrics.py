@@ -19,9 +19,10 @@ Two sources:
   Time is measured from when the request is handed to the engine (after templating
   and tokenization, as vLLM's `arrival_time` is set after its API server's), on the
   engine's outputs, not on the chunks a transport sends (that is what our own
-  `realtime_time_to_first_token_seconds` measures). A request the client abandons
-  counts its tokens but not as a success, as in vLLM, where only requests the engine
-  finishes are.
+  `realtime_time_to_first_token_seconds` measures). A request the client abandons, or
+  that ends with the engine raising (unavailable, a request it refuses), counts its
+  tokens but no success and no request histograms, as in vLLM, where only requests
+  that end with a finish reason are recorded as finished.
 
 Which of vLLM's metrics are left out, and why, is `NOT_EXPORTED`; the test checks
 it with the exported ones against the list read from vLLM's source.
@@ -287,8 +288,8 @@ class GenerationRecord:
     """One engine request's outputs, as vLLM's output processor records them.
 
     `output` runs for every engine output; `finish` once, when the request ends with a
-    finish reason (the engine's, a stop string's, or "error" when the engine failed);
-    `close` once, however the stream ended (a client that went away included).
+    finish reason (the engine's, or a stop string's); `close` once, however the stream
+    ended (a client that went away, or the engine raising, included).
     """
 
     __slots__ = (

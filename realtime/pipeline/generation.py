@@ -62,9 +62,10 @@ async def text_steps(
     try:
         async with aclosing(engine.generate(request)) as outputs:
             async for out in outputs:
-                generated += len(out.token_ids)
+                count = len(out.token_ids)
+                generated += count
                 if record is not None:
-                    record.output(len(out.token_ids), out.cached_tokens)
+                    record.output(count, out.cached_tokens)
                 shown = out.token_ids[:-1] if out.stopped_on_token else out.token_ids
                 text = ""
                 for token_id in shown:
@@ -92,12 +93,8 @@ async def text_steps(
                 if finish is not None:
                     return  # leaving the block closes the engine's iterator
     except GenerationError as exc:
-        if record is not None:
-            record.finish("error")
         raise client_error(exc) from exc
     finally:
         if record is not None:
             record.close()
-    if record is not None:
-        record.finish("error")
     raise EngineError("the engine stream ended without a finish reason")
