@@ -141,6 +141,8 @@ def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
     #: Paths served without a key (and without the Origin check); add to it at will.
     #: The page loads before its user has typed a key; its API calls still need one.
     open_paths = set(OPEN_PATHS) | {route.path for route in ui}
+    if config.open_metrics:
+        open_paths.add("/metrics")
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

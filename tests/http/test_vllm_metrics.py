@@ -273,3 +273,21 @@ async def _three_requests_through_two_rows(
     assert value(m, "vllm:generation_tokens_total") == 9
     assert value(m, "vllm:prompt_tokens_total") == sum(a["usage"]["prompt_tokens"] for a in answers)
     return m
+
+
+async def test_open_metrics_lets_a_router_scrape_without_the_key_and_nothing_else(
+    server_factory: Callable[..., RunningServer],
+) -> None:
+    keys = ("sk-router-test",)
+    closed = server_factory(ServerConfig(api_keys=keys, log_level="warning"))
+    opened = server_factory(ServerConfig(api_keys=keys, open_metrics=True, log_level="warning"))
+    body = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
+    async with httpx.AsyncClient(timeout=10) as client:
+        assert (await client.get(closed.http_url + "/metrics")).status_code == 401
+        scraped = await client.get(opened.http_url + "/metrics")
+        assert scraped.status_code == 200
+        assert "vllm:num_requests_running" in scraped.text
+        refused = await client.post(opened.http_url + "/v1/chat/completions", json=body)
+        assert refused.status_code == 401
+        models = await client.get(opened.http_url + "/v1/models")
+        assert models.status_code == 401
