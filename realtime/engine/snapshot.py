@@ -31,8 +31,9 @@ from typing import Protocol, runtime_checkable
 class KvCacheSnapshot:
     """The engine's KV cache as vLLM's block pool describes one.
 
-    A block is the unit the cache is allocated in (vLLM's `block_size` tokens; an
-    exllamav2 page; a cpu engine batch row). `used_blocks` counts the blocks held by
+    A block is the unit the cache is allocated in (vLLM's `block_size` tokens, an
+    exllamav2 page), or, for an engine that allocates per token (cpu), the unit it
+    counts tokens in. `used_blocks` counts the blocks held by
     requests in the engine; blocks that only keep a finished request's prefix for
     reuse are free (they are given up when needed), as in vLLM, so
     `used_blocks / total_blocks` is vLLM's `kv_cache_usage_perc`.

@@ -177,7 +177,7 @@ def cpu_server(tiny_model_dir: Path, server_factory: Callable[..., RunningServer
     # Two rows in the batch, so a third request waits for a place.
     engine = CpuEngine(tiny_model_dir, model_name="tiny", max_batch_size=2)
     server = server_factory(ServerConfig(log_level="warning"), engine)
-    assert engine.backend is not None and engine.backend.batch_rows == 2
+    assert engine.backend is not None and engine.backend.batch_blocks is not None
     return server
 
 
@@ -199,11 +199,11 @@ async def test_the_cpu_engines_queue_batch_rows_and_prefix_cache_are_vllms_signa
     server, engine = cpu_server, cpu_server.engine
     context = engine.info.context_length
     m = await scrape(server)
-    # A block is one batch row of the context's length; the batch has two.
+    # Blocks of 16 tokens; two places in the batch, each of up to the context's length.
     info = key(
         "vllm:cache_config_info",
-        block_size=str(context),
-        num_gpu_blocks="2",
+        block_size="16",
+        num_gpu_blocks=str(2 * -(-context // 16)),
         cache_dtype="float32",
         enable_prefix_caching="True",
     ).replace('model_name="echo",', "")
@@ -255,15 +255,18 @@ async def _three_requests_through_two_rows(
         m = await scrape(server)
         assert value(m, "vllm:num_requests_running") == 1
         assert value(m, "vllm:num_requests_waiting") == 2
-        assert value(m, "vllm:kv_cache_usage_perc") == 0.5
+        assert value(m, "vllm:kv_cache_usage_perc") == 0  # its prefill is still running
         gate.allow(1)
-        await gate.until_entered(2)  # two in the batch (both rows), the third waits
-        m = await scrape(server)
-        assert value(m, "vllm:num_requests_running") == 2
-        assert value(m, "vllm:num_requests_waiting") == 1
-        assert value(m, "vllm:kv_cache_usage_perc") == 1.0
+        await gate.until_entered(2)  # two in the batch (both places), the third waits
+        during = await scrape(server)
+        assert value(during, "vllm:num_requests_running") == 2
+        assert value(during, "vllm:num_requests_waiting") == 1
         gate.open()
         answers = [(await r).json() for r in [first, *others]]
+    # Then the first request held its prompt's KV (the second's prefill was next).
+    held = -(-answers[0]["usage"]["prompt_tokens"] // 16)
+    total = 2 * -(-engine.info.context_length // 16)
+    assert value(during, "vllm:kv_cache_usage_perc") == held / total
     m = await scrape(server)
     assert value(m, "vllm:num_requests_running") == 0
     assert value(m, "vllm:num_requests_waiting") == 0

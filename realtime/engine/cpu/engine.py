@@ -35,6 +35,7 @@ from realtime.engine.base import EngineOutput, EngineRequest
 from realtime.engine.cpu.backend import (
     CACHE_SCOPES,
     DEFAULT_MAX_BATCH_SIZE,
+    KV_BLOCK_TOKENS,
     BackendOptions,
     CpuBackend,
     CpuStats,
@@ -187,22 +188,25 @@ class CpuEngine:
 
     def snapshot(self) -> EngineSnapshot:
         """Client jobs in the batch (running) and waiting for a place in it, or for the
-        engine thread to take them between steps; the batch KV cache as blocks of one row
-        each: a row holds one sequence of up to the context length, so the share of rows
-        held is the share of the batch's KV that requests hold. Prefix-cache queries and
-        hits are prompt tokens looked up and found when a job joins. The cpu engine
-        never preempts a job to resume it later (a warm-up that a client request takes
-        over ends; `stats.requests_preempted` counts those), so `preemptions` is 0."""
+        engine thread to take them between steps. The KV cache is the batch's: a row of
+        up to the context's length per place, counted in blocks of `KV_BLOCK_TOKENS`
+        tokens (the engine allocates per token); the blocks used are those the jobs in
+        the batch hold, counted after each step. Finished requests' KV kept in the
+        prefix cache is not counted (it is given up when needed, as vLLM's cached
+        blocks are). Prefix-cache queries and hits are prompt tokens looked up and found
+        when a job joins. The cpu engine never preempts a job to resume it later (a
+        warm-up that a client request takes over ends; `stats.requests_preempted`
+        counts those), so `preemptions` is 0."""
         stats, backend = self.stats, self.backend
         if backend is None:
             return EngineSnapshot()
-        rows = backend.batch_rows
+        blocks = backend.batch_blocks
         kv = None
-        if rows is not None:
+        if blocks is not None:
             kv = KvCacheSnapshot(
-                block_size=self.options.context_length,
-                total_blocks=rows,
-                used_blocks=backend.running,
+                block_size=KV_BLOCK_TOKENS,
+                total_blocks=blocks,
+                used_blocks=backend.held_blocks,
                 prefix_caching=backend.reuses_prefixes,
                 dtype=self.dtype,
             )
