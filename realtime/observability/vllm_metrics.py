@@ -301,7 +301,6 @@ class GenerationRecord:
         "cached",
         "closed",
         "first",
-        "generated",
         "last",
         "max_tokens",
         "prompt_tokens",
@@ -320,7 +319,6 @@ class GenerationRecord:
         self.started = perf_counter()
         self.first: float | None = None
         self.last: float | None = None
-        self.generated = 0
         #: prompt tokens the engine reused (its `cached_tokens`), once it has said
         self.cached = 0
         self.closed = False
@@ -329,29 +327,29 @@ class GenerationRecord:
         """An engine output with `tokens` new token ids (and `cached_tokens`, if set)."""
         if cached is not None:
             self.cached = cached
-        if not tokens:
-            return
-        now = perf_counter()
-        self.generated += tokens
-        self._generation.value += tokens
-        last = self.last
-        self.last = now
-        if last is None:
-            self.first = now
-            self._metrics.ttft.observe(now - self.started)
-            return
-        # The inter-token gap, straight into the histogram's cells (bucket, then sum:
-        # the order fast_metrics relies on); most gaps fall in the first bucket (10 ms).
-        gap = now - last
-        cells = self._itl
-        if gap <= self._itl_first:
-            cells[0] += 1
-        else:
-            cells[bisect_left(self._itl_bounds, gap)] += 1
-        cells[-1] += gap
+        if tokens:
+            now = perf_counter()
+            self._generation.value += tokens
+            last = self.last
+            self.last = now
+            if last is not None:
+                # The inter-token gap, straight into the histogram's cells (bucket, then
+                # sum: the order fast_metrics relies on); most gaps fall in the first
+                # bucket (10 ms).
+                gap = now - last
+                cells = self._itl
+                if gap <= self._itl_first:
+                    cells[0] += 1
+                else:
+                    cells[bisect_left(self._itl_bounds, gap)] += 1
+                cells[-1] += gap
+            else:
+                self.first = now
+                self._metrics.ttft.observe(now - self.started)
 
-    def finish(self, reason: str) -> None:
-        """The request ended with `reason` (a `FinishReason` value)."""
+    def finish(self, reason: str, generated: int) -> None:
+        """The request ended with `reason` (a `FinishReason` value), after `generated`
+        tokens (counted by the caller, which counts them anyway)."""
         m = self._metrics
         now = perf_counter()
         label = FINISHED_REASON.get(reason, "error")
@@ -360,7 +358,7 @@ class GenerationRecord:
         first, last = self.first, self.last
         decode = last - first if first is not None and last is not None else 0.0
         m.decode_time.observe(decode)
-        generated, prompt = self.generated, self.prompt_tokens
+        prompt = self.prompt_tokens
         m.time_per_output_token.observe(decode / (generated - 1) if generated > 1 else 0.0)
         m.request_prompt_tokens.observe(prompt)
         m.request_generation_tokens.observe(generated)

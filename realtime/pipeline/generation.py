@@ -86,7 +86,8 @@ async def text_steps(
                         finish = FinishReason.STOP
                     emit += stops.flush()
                 if finish is not None and record is not None:
-                    record.finish(finish.value)  # before the yield: the consumer may stop there
+                    # Before the yield: the consumer may stop iterating there.
+                    record.finish(finish.value, generated)
                 yield TextStep(
                     out.token_ids, emit, out.logprobs, finish, out.cached_tokens, out.error
                 )

@@ -69,7 +69,7 @@ def test_a_finished_request_records_what_vllms_output_processor_records(clock: _
     record.output(0, None)  # held back: no tokens, no gap
     clock.now = 101.25
     record.output(1, None)
-    record.finish("eos")
+    record.finish("eos", 4)
     record.close()
     record.close()  # idempotent: the stream's `finally` may follow a finish
     m = scrape(registry)
@@ -114,7 +114,7 @@ def test_a_finished_request_records_what_vllms_output_processor_records(clock: _
 def test_finish_reasons_are_counted_under_vllms_names(reason: str, label: str) -> None:
     registry = CollectorRegistry()
     record = VllmMetrics(registry, "m", 4096).start(3, None)
-    record.finish(reason)
+    record.finish(reason, 0)
     record.close()
     m = scrape(registry)
     assert m[key("vllm:request_success_total", finished_reason=label)] == 1
