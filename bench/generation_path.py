@@ -1,10 +1,11 @@
 """`python -m bench.generation_path`: what the chat pipeline costs per token, with and without
 vLLM's metrics.
 
-A micro-benchmark of `ChatPipeline.stream` alone, in one process, with no transport:
-answers of `--tokens` tokens from the zero-delay echo engine (one event-loop pass per
-token, as in the throughput benchmark), through the real pipeline (template,
-tokenizer, the generation loop, stop strings, the chunk builder). Two variants,
+A micro-benchmark of a chat completion's stream (`ChatRun.stream`) alone, in one
+process, with no transport: answers of `--tokens` tokens from the zero-delay echo
+engine (one event-loop pass per token, as in the throughput benchmark), through the
+real pipeline (template, tokenizer, the generation loop, stop strings, the chunk
+builder). Two variants,
 interleaved run by run so that drift in the machine's speed touches both alike:
 
 * `plain`: the pipeline without a meter;
@@ -26,6 +27,7 @@ from contextlib import aclosing
 
 from prometheus_client import CollectorRegistry
 
+from realtime.dialects.chat.run import ChatRun
 from realtime.engine.echo import EchoEngine
 from realtime.observability.vllm_metrics import VllmMetrics
 from realtime.pipeline import ChatPipeline
@@ -40,8 +42,8 @@ async def _run(pipeline: ChatPipeline, tokens: int, answers: int) -> float:
     body = {"model": "echo", "stream": True, "messages": [{"role": "user", "content": content}]}
     started = time.perf_counter()
     for _ in range(answers):
-        prepared = pipeline.prepare(parse_chat_request(body))
-        async with aclosing(pipeline.stream(prepared)) as chunks:
+        run = ChatRun.prepare(pipeline, parse_chat_request(body))
+        async with aclosing(run.stream()) as chunks:
             async for _chunk in chunks:
                 pass
     return time.perf_counter() - started

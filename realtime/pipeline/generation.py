@@ -23,6 +23,7 @@ from realtime.model.tokenizer import Tokenizer
 from realtime.observability.vllm_metrics import VllmMetrics
 from realtime.pipeline.engine_errors import client_error
 from realtime.protocol.errors import EngineError
+from realtime.protocol.generation_request import CHAT_PATHS, FieldPaths
 
 
 @dataclass(slots=True)
@@ -45,13 +46,14 @@ async def text_steps(
     stops: StopMatcher,
     *,
     skip_special_tokens: bool = True,
+    paths: FieldPaths = CHAT_PATHS,
     meter: VllmMetrics | None = None,
 ) -> AsyncGenerator[TextStep, None]:
     """Steps until (and including) the one with a finish reason.
 
-    Raises a RealtimeError for what the engine raised, and EngineError when the
-    engine's stream ends without finishing. `meter` records the request for vLLM's
-    metrics (observability/vllm_metrics.py).
+    Raises a RealtimeError for what the engine raised (naming the client's fields,
+    `paths`), and EngineError when the engine's stream ends without finishing.
+    `meter` records the request for vLLM's metrics (observability/vllm_metrics.py).
     """
     decoder = tokenizer.decode_stream(skip_special_tokens=skip_special_tokens)
     min_tokens = request.stop.min_tokens
@@ -94,7 +96,7 @@ async def text_steps(
                 if finish is not None:
                     return  # leaving the block closes the engine's iterator
     except GenerationError as exc:
-        raise client_error(exc) from exc
+        raise client_error(exc, paths) from exc
     finally:
         if record is not None:
             record.close()

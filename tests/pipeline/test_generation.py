@@ -10,6 +10,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from realtime.chat.stops import StopMatcher
+from realtime.dialects.chat.build import completion_generation
+from realtime.dialects.chat.run import ChatRun
 from realtime.engine.base import EngineRequest, StopConditions
 from realtime.engine.echo import EchoEngine
 from realtime.observability.vllm_metrics import VllmMetrics
@@ -100,10 +102,11 @@ async def test_both_pipelines_record_their_engine_requests(engine: EchoEngine) -
     meter = meter_for(engine)
     chat = ChatPipeline(engine, meter=meter)
     body = {"model": "echo", "messages": [{"role": "user", "content": "hi there"}]}
-    await chat.complete(chat.prepare(parse_chat_request(body)))
+    await ChatRun.prepare(chat, parse_chat_request(body), stream=False).complete()
     completions = CompletionPipeline(chat)
     prompts = {"model": "echo", "prompt": ["one two", "three"], "max_tokens": 1}
-    await completions.complete(completions.prepare(parse_completion_request(prompts)))
+    generation = completion_generation(parse_completion_request(prompts))
+    await completions.complete(completions.prepare(generation, stream=False))
     # The chat answer ends on the echo's last token; each prompt is cut at one token.
     assert successes(meter) == {"stop": 1, "length": 2}
     assert meter.in_flight == 0
