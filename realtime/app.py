@@ -34,6 +34,7 @@ from realtime.dialects.responses.selector import responses_mode
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
 from realtime.engine.registry import build_engine, resolve_engine
+from realtime.engine.snapshot import ReportsSnapshot
 from realtime.http.chat_completions import chat_completions
 from realtime.http.completions import completions
 from realtime.http.errors import handle_http_exception, handle_realtime_error, openai_errors
@@ -50,6 +51,7 @@ from realtime.http.responses import (
 from realtime.http.tokenize import detokenize_route, tokenize_route
 from realtime.http.ui import ui_routes
 from realtime.observability.metrics import Metrics
+from realtime.observability.vllm_metrics import VllmMetrics
 from realtime.pipeline import ChatPipeline
 from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.errors import RealtimeError
@@ -207,6 +209,15 @@ def build_app(
     """The whole server as one ASGI app. Pass `engine` to serve one you built yourself,
     `protocols` to speak other socket protocols than `SOCKET_PROTOCOLS`."""
     engine = engine if engine is not None else engine_from_config(config)
+    metrics = Metrics()
+    # vLLM's metric names, for routers and autoscalers; the engine's state is read
+    # through its snapshot() at scrape time.
+    vllm = VllmMetrics(
+        metrics.registry,
+        engine.info.name,
+        engine.info.context_length,
+        engine.snapshot if isinstance(engine, ReportsSnapshot) else None,
+    )
     # Parser names are checked here, before anything listens (UnknownParserError is a
     # ValueError listing the valid names).
     pipeline = ChatPipeline(
@@ -217,9 +228,9 @@ def build_app(
         max_speculative=config.max_speculative,
         max_tokens_cap=config.max_tokens_cap,
         constraint_limits=constraint_limits(config),
+        meter=vllm,
     )
     responses = ResponsesService(pipeline, response_store(config), limits=input_limits(config))
-    metrics = Metrics()
     hub = SessionHub(config.max_connections)
     ui = ui_routes() if config.ui else []
     sockets = socket_routes(ServerParts(config, pipeline, responses), protocols)
@@ -227,6 +238,8 @@ def build_app(
     #: Paths served without a key (and without the Origin check); add to it at will.
     #: The page loads before its user has typed a key; its API calls still need one.
     open_paths = set(OPEN_PATHS) | {route.path for route in ui}
+    if config.open_metrics:
+        open_paths.add("/metrics")
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

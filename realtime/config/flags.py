@@ -426,6 +426,14 @@ FLAGS: tuple[Flag, ...] = (
         kind="repeat",
     ),
     Flag(
+        "--open-metrics",
+        "access",
+        "serve GET /metrics without an API key, for the routers and autoscalers that scrape"
+        " it with none (it shows load and counts, never a request's content)",
+        field="open_metrics",
+        kind="switch",
+    ),
+    Flag(
         "--forwarded-allow-ips",
         "access",
         "proxies whose X-Forwarded-Proto/-For are trusted: comma-separated addresses"

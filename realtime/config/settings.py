@@ -102,6 +102,8 @@ class ServerConfig:
     grammar_cache_size: int = _GRAMMAR_LIMITS.cache_size
     api_keys: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
+    #: GET /metrics without an API key: routers and autoscalers scrape with none.
+    open_metrics: bool = False
 
     # HTTP
     sse_keepalive_seconds: float = 15.0
