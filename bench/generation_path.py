@@ -27,11 +27,11 @@ from contextlib import aclosing
 
 from prometheus_client import CollectorRegistry
 
+from realtime.dialects.chat.request import parse_chat_request
 from realtime.dialects.chat.run import ChatRun
 from realtime.engine.echo import EchoEngine
 from realtime.observability.vllm_metrics import VllmMetrics
 from realtime.pipeline import ChatPipeline
-from realtime.protocol.request import parse_chat_request
 
 VARIANTS = ("plain", "vllm metrics")
 

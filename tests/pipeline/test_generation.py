@@ -11,6 +11,8 @@ from prometheus_client import CollectorRegistry
 
 from realtime.chat.stops import StopMatcher
 from realtime.dialects.chat.build import completion_generation
+from realtime.dialects.chat.completions import parse_completion_request
+from realtime.dialects.chat.request import parse_chat_request
 from realtime.dialects.chat.run import ChatRun
 from realtime.engine.base import EngineRequest, StopConditions
 from realtime.engine.echo import EchoEngine
@@ -18,9 +20,7 @@ from realtime.observability.vllm_metrics import VllmMetrics
 from realtime.pipeline import ChatPipeline
 from realtime.pipeline.completions import CompletionPipeline
 from realtime.pipeline.generation import text_steps
-from realtime.protocol.completions import parse_completion_request
 from realtime.protocol.errors import EngineError
-from realtime.protocol.request import parse_chat_request
 
 pytestmark = pytest.mark.anyio
 
