@@ -33,7 +33,7 @@ from realtime.server import RealtimeServer, ServerThread, loopback_socket, uvico
 
 #: The tiny random-weight model (`tiny_model_dir`, `tiny_model_factory`) for every test,
 #: and tokenizers bound to the grammar engine (`binding`, `compiler`, `marker_*`).
-pytest_plugins = ["tests.model_fixtures", "tests.grammar_fixtures"]
+pytest_plugins = ["tests.model_fixtures", "tests.grammar_fixtures", "tests.engine.process_fixtures"]
 
 
 @dataclass
