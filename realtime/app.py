@@ -19,7 +19,9 @@ from realtime.asgi.lifespan_errors import OneLineLifespanErrors
 from realtime.config import ServerConfig, constraint_limits, input_limits
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
-from realtime.engine.registry import build_engine, resolve_engine
+from realtime.engine.process.proxy import EngineProxy
+from realtime.engine.process.spec import EngineSpec, runs_in_process
+from realtime.engine.registry import EngineSource, build_engine, resolve_engine
 from realtime.http.chat_completions import chat_completions
 from realtime.http.completions import completions
 from realtime.http.errors import handle_http_exception, handle_realtime_error, openai_errors
@@ -47,9 +49,8 @@ from realtime.ws.responses_mode import responses_ws_endpoint
 log = logging.getLogger("realtime")
 
 
-def engine_from_config(config: ServerConfig) -> Engine:
-    """Build (not start) the configured engine; ValueError/ImportError say what is wrong
-    (`EngineLoadError`, a ValueError, for engines from outside the package)."""
+def _engine_options(config: ServerConfig) -> tuple[EngineSource, dict[str, Any]]:
+    """The engine the config names (`auto` chosen here) and its factory's keywords."""
     name = config.engine
     if name == "auto":
         name, reason = choose_engine()
@@ -69,6 +70,30 @@ def engine_from_config(config: ServerConfig) -> Engine:
         if config.chat_template:
             options["chat_template"] = config.chat_template
     options.update(config.engine_options)
+    return source, options
+
+
+def engine_process_spec(config: ServerConfig) -> EngineSpec | None:
+    """What the engine process builds, or None when the engine runs in the server's
+    process (`--engine-process`); ValueError for a combination that cannot be."""
+    source, options = _engine_options(config)
+    if not runs_in_process(source.name, config.engine_process):
+        if config.api_servers > 1:
+            raise ValueError("--api-servers above 1 needs the engine in a process of its own")
+        return None
+    return EngineSpec(source.name, options, log_level=config.log_level)
+
+
+def engine_from_config(config: ServerConfig, *, engine_address: str | None = None) -> Engine:
+    """Build (not start) the configured engine; ValueError/ImportError say what is wrong
+    (`EngineLoadError`, a ValueError, for engines from outside the package).
+
+    With the engine in a process of its own (`--engine-process`) this is the proxy
+    that starts that process, or with `engine_address` attaches to one running."""
+    spec = engine_process_spec(config)
+    if spec is not None:
+        return EngineProxy(spec, address=engine_address)
+    source, options = _engine_options(config)
     return build_engine(source, **options)
 
 

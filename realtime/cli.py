@@ -132,9 +132,16 @@ def engine_preflight(engine: str) -> str | None:
 
 
 def serve(config: ServerConfig) -> int:
-    from realtime.app import build_app, engine_from_config
+    from realtime.app import build_app, engine_from_config, engine_process_spec
+    from realtime.engine.process.launcher import EngineProcess, EngineStartError
     from realtime.observability.logs import configure_logging
-    from realtime.server import RealtimeServer, listening_sockets, tune_gc, uvicorn_config
+    from realtime.server import (
+        EXIT_ENGINE_DIED,
+        RealtimeServer,
+        listening_sockets,
+        tune_gc,
+        uvicorn_config,
+    )
 
     configure_logging(config.log_level, config.log_format, config.api_keys)
     warning = open_server_warning(config)
@@ -153,12 +160,22 @@ def serve(config: ServerConfig) -> int:
     except OSError as exc:
         print(f"realtime: cannot listen on {_address(config)}: {_reason(exc)}", file=sys.stderr)
         return EXIT_CANNOT_LISTEN
+    engine_process: EngineProcess | None = None
     try:
-        engine = engine_from_config(config)
+        # The engine process first: its model loads before anything is served, and a
+        # model that cannot load is one line and exit 2, as in-process.
+        spec = engine_process_spec(config)
+        if spec is not None:
+            engine_process = EngineProcess(spec)
+            engine_process.start_sync()
+        address = engine_process.address if engine_process is not None else None
+        engine = engine_from_config(config, engine_address=address)
         app = build_app(config, engine)
-    except (ValueError, ImportError) as exc:
+    except (ValueError, ImportError, EngineStartError) as exc:
         for sock in sockets:
             sock.close()
+        if engine_process is not None:
+            engine_process.stop_sync()
         print(f"realtime: cannot start engine {config.engine!r}: {exc}", file=sys.stderr)
         return 2
 
@@ -175,8 +192,12 @@ def serve(config: ServerConfig) -> int:
         uvicorn_config(config, app), app, config.shutdown_grace_seconds, on_listening=announce
     )
     tune_gc(config.gc_threshold)
-    server.run(sockets=sockets)
-    return 0
+    try:
+        server.run(sockets=sockets)
+    finally:
+        if engine_process is not None:
+            engine_process.stop_sync()
+    return EXIT_ENGINE_DIED if server.engine_died else 0
 
 
 #: `realtime serve`'s exit status when it cannot listen on --host/--port (documented in

@@ -184,7 +184,7 @@ class EngineProxy:
         self._fail_all("engine unavailable: shutting down")
         if self.process is not None:
             code = await self.process.stop()
-            if code not in (0, None):
+            if code not in (0, None) and self._dead is None:
                 log.warning("the engine process exited with status %s", code)
 
     async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:

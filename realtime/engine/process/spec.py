@@ -19,6 +19,23 @@ PROCESS_BY_DEFAULT = frozenset({"cpu", "exllamav2"})
 SINGLE_PROCESS_ONLY = frozenset({"echo", "scripted"})
 
 
+def runs_in_process(engine: str, setting: str) -> bool:
+    """Whether `--engine-process SETTING` puts `engine` (a resolved engine name) in a
+    process of its own; ValueError for a combination that cannot be."""
+    if setting not in ("auto", "on", "off"):
+        raise ValueError(f"--engine-process is auto, on or off, not {setting!r}")
+    if engine in SINGLE_PROCESS_ONLY:
+        if setting == "on":
+            raise ValueError(
+                f"--engine-process on: the {engine} engine runs in the server's process"
+                " (it has no model to move off the event loop)"
+            )
+        return False
+    if setting == "auto":
+        return engine in PROCESS_BY_DEFAULT
+    return setting == "on"
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     engine: str
