@@ -81,7 +81,7 @@ def start_server(
     server = RealtimeServer(uvicorn_config(config, app), app, config.shutdown_grace_seconds)
     runner = ServerThread(server, sock)
     server.config.port = runner.port
-    runner.start()
+    runner.start(timeout=120)  # an engine process loads its model meanwhile
     return RunningServer(
         engine, config, runner.port, app, server, runner.thread, runner.loop, runner
     )
