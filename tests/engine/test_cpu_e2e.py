@@ -28,9 +28,8 @@ import openai  # noqa: E402
 from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
 
 from realtime.config import ServerConfig  # noqa: E402
-from realtime.engine.cpu.engine import CpuEngine  # noqa: E402
-from tests.served_engines import CPU_MODES, cpu_engine, in_process  # noqa: E402
 from tests.conftest import RunningServer, start_server, wait_until  # noqa: E402
+from tests.served_engines import CPU_MODES, cpu_engine, in_process  # noqa: E402
 
 MODEL = "tiny"
 TEXT = "Write a short poem about the sea and the wind, please."
