@@ -15,6 +15,7 @@ from realtime.engine.errors import EngineRequestError, EngineUnavailable
 from realtime.engine.process.launcher import EngineProcess, EngineStartError
 from realtime.engine.process.proxy import ENGINE_EXITED, EngineProxy
 from realtime.engine.process.spec import EngineSpec, runs_in_process
+from tests.conftest import async_wait_until
 from tests.engine.process_fixtures import attach, cpu_spec
 
 pytest.importorskip("torch")
@@ -39,8 +40,7 @@ def test_a_reader_that_lags_pauses_its_request_in_the_engine(cpu_process: Engine
                 first = await anext(outputs)
                 assert first.token_ids
                 # Not reading: the channel fills, and the engine leaves the request out.
-                while proxy.stats.request("lagging").paused == 0:
-                    await asyncio.sleep(0.01)
+                await async_wait_until(lambda: proxy.stats.request("lagging").paused > 0)
                 held = proxy.stats.request("lagging").tokens_generated
                 assert held < 400
                 limit = proxy.handshake.output_limit if proxy.handshake else 0
@@ -92,8 +92,7 @@ def test_a_front_end_that_goes_away_has_its_requests_cancelled(cpu_process: Engi
             outputs = proxy.generate(long_request(proxy, "orphan", 5000))
             await anext(outputs)
             proxy._disconnect()  # the front end's process died: its socket closes
-            while not watcher.stats.request("orphan").cancelled:
-                await asyncio.sleep(0.01)
+            await async_wait_until(lambda: watcher.stats.request("orphan").cancelled)
             assert watcher.stats.request("orphan").tokens_generated < 5000
         finally:
             await proxy.close()
@@ -149,7 +148,7 @@ def test_when_the_engine_process_dies_requests_fail_retryably(tiny_model_dir: Pa
 
 
 def test_an_engine_that_cannot_load_says_why_in_one_line(tmp_path: Path) -> None:
-    with pytest.raises(EngineStartError, match="config.json"):
+    with pytest.raises(EngineStartError, match=r"config\.json"):
         EngineProcess(EngineSpec("cpu", {"model_dir": str(tmp_path)})).start_sync()
 
 
