@@ -133,8 +133,11 @@ def response_store(config: ServerConfig) -> ResponseStore:
     return SQLiteResponseStore(config.response_store_dir, max_age_seconds=age, max_bytes=size)
 
 
-def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
-    """The whole server as one ASGI app. Pass `engine` to serve one you built yourself."""
+def build_app(
+    config: ServerConfig, engine: Engine | None = None, *, metrics: Metrics | None = None
+) -> Starlette:
+    """The whole server as one ASGI app. Pass `engine` to serve one you built yourself
+    (and `metrics`, a front end of several its `FleetMetrics`)."""
     engine = engine if engine is not None else engine_from_config(config)
     # Parser names are checked here, before anything listens (UnknownParserError is a
     # ValueError listing the valid names).
@@ -148,7 +151,7 @@ def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
         constraint_limits=constraint_limits(config),
     )
     responses = ResponsesService(pipeline, response_store(config), limits=input_limits(config))
-    metrics = Metrics()
+    metrics = metrics if metrics is not None else Metrics()
     hub = SessionHub(config.max_connections)
     ui = ui_routes() if config.ui else []
     table = [*routes(), *ui]

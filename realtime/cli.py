@@ -188,6 +188,11 @@ def serve(config: ServerConfig) -> int:
             flush=True,
         )
 
+    if config.api_servers > 1:
+        assert engine_process is not None  # engine_process_spec refuses it otherwise
+        from realtime.front_ends import serve_front_ends
+
+        return serve_front_ends(config, sockets, engine_process, announce)
     server = RealtimeServer(
         uvicorn_config(config, app), app, config.shutdown_grace_seconds, on_listening=announce
     )

@@ -105,8 +105,11 @@ class RealtimeServer(uvicorn.Server):
         app: Starlette,
         grace_seconds: float,
         on_listening: Callable[[int | None], None] | None = None,
+        *,
+        engine_death_level: int = logging.ERROR,
     ):
         super().__init__(config)
+        self._engine_death_level = engine_death_level
         self._app = app
         self._grace = grace_seconds
         self._on_listening = on_listening
@@ -122,7 +125,8 @@ class RealtimeServer(uvicorn.Server):
         `engine_unavailable`, retryable) and /ready says false; drain and exit non-zero,
         leaving the restart to the process manager."""
         self.engine_died = reason
-        log.error(
+        log.log(
+            self._engine_death_level,
             "%s: every request in flight was answered engine_unavailable; the server exits"
             " with status %d so its process manager can restart it",
             reason,

@@ -37,9 +37,14 @@ def children(pid: int) -> list[int]:
 
 
 def engine_pid(server: ServerProcess) -> int:
-    pids = children(server.proc.pid)
-    assert len(pids) == 1, pids
-    return pids[0]
+    """The server's engine process (by its command line)."""
+    found = []
+    for pid in children(server.proc.pid):
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"realtime.engine.process.main" in f.read():
+                found.append(pid)
+    assert len(found) == 1, found
+    return found[0]
 
 
 def serve_cpu(model_dir: Path, *args: str) -> ServerProcess:
