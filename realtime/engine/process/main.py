@@ -6,6 +6,10 @@ JSON line to stdout: what the front ends need to know about the engine (`Handsha
 or `{"error": ...}` when it could not start. Then it serves until its parent goes
 (stdin closes), SIGTERM, or SIGINT. Logs go to stderr, which it shares with the
 server.
+
+`REALTIME_ENGINE_PRELOAD` (comma-separated `package.module:function`s) adds preload
+hooks to the spec's, for a harness that runs the real command line over a stand-in
+(the GPU proof's dry run installs the fake exllamav2 with it).
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from types import FrameType
 from typing import Any
 
 log = logging.getLogger("realtime.engine.process")
+
+#: Preload hooks the engine process runs besides its spec's (see the module docs).
+PRELOAD_VARIABLE = "REALTIME_ENGINE_PRELOAD"
 
 
 @dataclass(frozen=True)
@@ -89,7 +96,8 @@ def run(spec_json: str, path: str) -> int:
         stream=sys.stderr,
     )
     try:
-        _preload(spec.preload)
+        extra = os.environ.get(PRELOAD_VARIABLE, "")
+        _preload(spec.preload + tuple(hook for hook in extra.split(",") if hook))
         engine = create_engine(spec.engine, **spec.options)
         core = steppable_core(engine)
         backend = core.backend_factory()
