@@ -20,7 +20,7 @@ from realtime.config import ServerConfig, constraint_limits, input_limits
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
 from realtime.engine.process.proxy import EngineProxy
-from realtime.engine.process.spec import EngineSpec, runs_in_process
+from realtime.engine.process.spec import SINGLE_PROCESS_ONLY, EngineSpec, runs_in_process
 from realtime.engine.registry import EngineSource, build_engine, resolve_engine
 from realtime.http.chat_completions import chat_completions
 from realtime.http.completions import completions
@@ -78,8 +78,11 @@ def engine_process_spec(config: ServerConfig) -> EngineSpec | None:
     process (`--engine-process`); ValueError for a combination that cannot be."""
     source, options = _engine_options(config)
     if not runs_in_process(source.name, config.engine_process):
-        if config.api_servers > 1:
-            raise ValueError("--api-servers above 1 needs the engine in a process of its own")
+        if config.api_servers > 1 and source.name not in SINGLE_PROCESS_ONLY:
+            raise ValueError(
+                "--api-servers above 1 needs the engine in a process of its own"
+                " (or the echo or scripted engine, which each front end runs itself)"
+            )
         return None
     return EngineSpec(source.name, options, log_level=config.log_level)
 

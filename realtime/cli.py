@@ -189,7 +189,6 @@ def serve(config: ServerConfig) -> int:
         )
 
     if config.api_servers > 1:
-        assert engine_process is not None  # engine_process_spec refuses it otherwise
         from realtime.front_ends import serve_front_ends
 
         return serve_front_ends(config, sockets, engine_process, announce)

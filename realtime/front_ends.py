@@ -6,7 +6,9 @@
            to the engine's socket, all accepting on the listening sockets the
            supervisor bound (the kernel hands each connection to one of them)
 
-Each front end is the single-process server in every respect but two: its
+With the echo or scripted engine there is no engine process: each front end runs
+its own (they hold no model). Each front end is the single-process server in
+every respect but two: its
 `/metrics` answers for all of them (`FleetMetrics`: every front end serves its own
 exposition on a private Unix socket, and the one scraped merges them), and the
 response store is one SQLite file they all open (`--response-store`, or one in a
@@ -16,7 +18,7 @@ store's records).
 Shutdown: SIGTERM, SIGINT or SIGHUP is passed to every front end, which drains as
 the single-process server does (terminal frames, 1001), then the engine process
 stops. When the engine process dies, every front end fails its requests in flight
-and exits 3, and so does the supervisor, which logs the one line that says so.
+and exits 5, and so does the supervisor, which logs the one line that says so.
 A front end that dies of anything else takes the server down too (exit 1): a
 process manager restarts the whole, as it would the single process.
 """
@@ -110,7 +112,7 @@ class FleetMetrics(Metrics):
 
 def run_front_end(
     config: ServerConfig,
-    address: str,
+    address: str | None,
     sockets: list[socket.socket],
     index: int,
     directory: str,
@@ -142,10 +144,11 @@ def run_front_end(
 def serve_front_ends(
     config: ServerConfig,
     sockets: list[socket.socket],
-    engine: EngineProcess,
+    engine: EngineProcess | None,
     announce: Callable[[int | None], None],
 ) -> int:
-    """Run `config.api_servers` front ends until a signal or a death; the exit status."""
+    """Run `config.api_servers` front ends until a signal or a death; the exit status.
+    Without an engine process (echo, scripted), each front end runs its own engine."""
     from realtime.server import EXIT_ENGINE_DIED
 
     directory = tempfile.mkdtemp(prefix="realtime-fleet-")
@@ -157,7 +160,7 @@ def serve_front_ends(
     processes = [
         context.Process(
             target=run_front_end,
-            args=(config, engine.address, sockets, index, directory, started),
+            args=(config, engine and engine.address, sockets, index, directory, started),
             name=f"realtime-front-end-{index}",
         )
         for index in range(config.api_servers)
@@ -190,7 +193,9 @@ def serve_front_ends(
                         announce(sockets[0].getsockname()[1] if sockets else None)
             else:
                 time.sleep(0.1)
-            if not engine_reported and not stopping and engine.returncode is not None:
+            died = engine is not None and engine.returncode is not None
+            if not engine_reported and not stopping and died:
+                assert engine is not None
                 engine_reported = True
                 status = EXIT_ENGINE_DIED
                 log.error(
@@ -218,6 +223,7 @@ def serve_front_ends(
             if process.exitcode is None:
                 process.kill()
                 process.join()
-        engine.stop_sync()
+        if engine is not None:
+            engine.stop_sync()
         shutil.rmtree(directory, ignore_errors=True)
     return status

@@ -49,7 +49,7 @@ from realtime.ws.transport import RealtimeWebSocketProtocol
 log = logging.getLogger("realtime")
 
 #: `realtime serve`'s exit status after its engine process died.
-EXIT_ENGINE_DIED = 3
+EXIT_ENGINE_DIED = 5
 
 #: uvicorn's last wait after our own drain: only stragglers are left by then.
 _UVICORN_FINAL_SECONDS = 2

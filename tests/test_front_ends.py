@@ -1,7 +1,7 @@
 """`--api-servers 2`: two front ends share the port and one engine process. Both serve (their
 `x-request-id` prefixes differ), `/metrics` counts for both, a stored response is found
 whichever front end is asked, a signal drains every front end (terminal frames, 1001),
-and the engine's death ends the server with status 3 and one log line."""
+and the engine's death ends the server with status 5 and one log line."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from realtime.server import EXIT_ENGINE_DIED
 from tests.conftest import ServerProcess, scrape_metrics, spawn_server
 from tests.engine.test_process_server import engine_pid
 
-pytest.importorskip("torch")
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 LONG = {
@@ -44,9 +43,27 @@ def front_end(response: httpx.Response) -> str:
     return response.headers["x-request-id"].rsplit("-", 1)[0]
 
 
+def test_echo_front_ends_each_run_their_own_engine_and_count_together() -> None:
+    server = spawn_server("--api-servers", "2", "--model-name", "tiny")
+    try:
+        seen: set[str] = set()
+        sent = 0
+        while len(seen) < 2 and sent < 300:
+            response = httpx.post(server.http_url + "/v1/chat/completions", json=CHAT, timeout=30)
+            assert response.status_code == 200, response.text
+            seen.add(front_end(response))
+            sent += 1
+        assert len(seen) == 2, "every request went to one front end"
+        key = 'realtime_http_responses_total{route="/v1/chat/completions",status="200"}'
+        assert scrape_metrics(server.http_url)[key] == sent
+    finally:
+        assert server.stop() == 0
+
+
 def test_two_front_ends_serve_count_together_and_share_stored_responses(
     tiny_model_dir: Path,
 ) -> None:
+    pytest.importorskip("torch")
     server = serve_two(tiny_model_dir)
     try:
         engine_pid(server)  # one engine process
@@ -91,6 +108,7 @@ async def _until_closed(ws: ClientConnection) -> tuple[list[dict[str, Any]], int
 
 
 def test_a_signal_drains_every_front_end(tiny_model_dir: Path) -> None:
+    pytest.importorskip("torch")
     server = serve_two(tiny_model_dir, "--shutdown-grace", "1")
 
     async def run() -> list[tuple[list[dict[str, Any]], int | None]]:
@@ -112,7 +130,8 @@ def test_a_signal_drains_every_front_end(tiny_model_dir: Path) -> None:
     assert "ERROR" not in server.stderr() and "Traceback" not in server.stderr()
 
 
-def test_the_engine_dying_ends_both_front_ends_with_status_3(tiny_model_dir: Path) -> None:
+def test_the_engine_dying_ends_both_front_ends_with_status_5(tiny_model_dir: Path) -> None:
+    pytest.importorskip("torch")
     server = serve_two(tiny_model_dir)
     engine = engine_pid(server)
 

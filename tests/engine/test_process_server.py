@@ -1,6 +1,6 @@
 """`realtime serve` with the engine in a process of its own: it serves, and when the engine
 process is killed (-9) under load, every request in flight gets a retryable
-`engine_unavailable` error, and the server exits with status 3 and one log line."""
+`engine_unavailable` error, and the server exits with status 5 and one log line."""
 
 from __future__ import annotations
 
