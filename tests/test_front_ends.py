@@ -21,7 +21,6 @@ from realtime.server import EXIT_ENGINE_DIED
 from tests.conftest import ServerProcess, scrape_metrics, spawn_server
 from tests.engine.test_process_server import engine_pid
 
-
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 LONG = {
     "model": "tiny",
