@@ -2,11 +2,12 @@
 
 A micro-benchmark of the /v1/realtime session alone, in one process, with no
 network and no engine: a fake socket whose `send` only counts the message, and a
-fake pipeline that replays chunks a real `DeltaGenerator` built. What is left is
-the session's own path for each chunk (the request id, the latency timer, the
-outbox, orjson) and for each request (reading, accepting, ordering, starting,
-the terminal frame, the metrics and the log line). It is the number to compare
-before and after a change to `realtime/ws/`: the full benchmarks
+fake pipeline that replays one-token steps. What is left is the session's own
+path for each chunk (the chunk rendered by a real `DeltaGenerator`, the request
+id, the latency timer, the outbox, orjson) and for each request (reading,
+accepting, ordering, starting, the terminal frame, the metrics and the log line).
+It is the number to compare before and after a change to `realtime/ws/`: the full
+benchmarks
 (`python -m bench --scenarios throughput,latency`) measure the same path
 through uvicorn, the pipeline and the echo engine, where it is a fraction of
 the whole.
@@ -34,10 +35,10 @@ from typing import Any
 
 import orjson
 
-from realtime.chat.delta import DeltaGenerator
 from realtime.config import ServerConfig
 from realtime.model.generation import FinishReason
 from realtime.observability.metrics import Metrics
+from realtime.pipeline.events import Finish, Step, Usage
 from realtime.ws.session import RealtimeSession
 
 REQUEST = orjson.dumps({"model": "echo", "messages": [{"role": "user", "content": "hi"}]}).decode()
@@ -46,40 +47,38 @@ CLOSE = orjson.dumps({"type": "session.close"}).decode()
 
 @dataclass
 class _Prepared:
-    delta: DeltaGenerator
+    usage: Usage
+    id: str = "chatcmpl-bench"
 
 
 class FakePipeline:
-    """Replays `chunks` content chunks and a finish chunk for every request."""
+    """Replays `chunks` one-token steps and a finish for every request; the session's
+    renderer turns them into chunks with a real `DeltaGenerator`, as it does for the
+    real pipeline's output."""
 
     model_name = "echo"
+    system_fingerprint = "fp_bench"
 
     def __init__(self, chunks: int, *, loop_pass: bool):
         self.chunks = chunks
         self.loop_pass = loop_pass
-        template = DeltaGenerator(model="echo", prompt_tokens=1)
-        template.content_chunk("first")  # the role goes with the first chunk only
-        self._content = template.content_chunk("tok ")
-        self._finish = template.finish_chunks(FinishReason.STOP)[0]
+        self._step = Step([1], "tok ", None)
 
-    def prepare(self, request: Any, *, stream: bool, session_id: str | None) -> _Prepared:
-        return _Prepared(DeltaGenerator(model="echo", prompt_tokens=1))
+    def prepare(self, request: Any, **options: Any) -> _Prepared:
+        return _Prepared(Usage(1))
 
     async def constrain(self, prepared: _Prepared) -> None:
         """No constraint to compile: a request without `response_format` or `tool_choice`."""
         return None
 
-    async def stream(self, prepared: _Prepared) -> AsyncGenerator[dict[str, Any], None]:
-        """Copies of prebuilt chunks: the session adds `request_id` to each (a shallow copy
-        is enough; nothing is held, so nothing folds)."""
-        content, loop_pass = self._content, self.loop_pass
-        assert content is not None
+    async def events(self, prepared: _Prepared) -> AsyncGenerator[Step | Finish, None]:
+        """The same one-token step each time (nothing is held, so nothing folds)."""
+        step, loop_pass = self._step, self.loop_pass
         for _ in range(self.chunks):
             if loop_pass:
                 await asyncio.sleep(0)
-            yield {**content}
-        prepared.delta.finish_reason = "stop"
-        yield {**self._finish}
+            yield step
+        yield Finish(FinishReason.STOP, prepared.usage)
 
     def end_session(self, session_id: str) -> None:
         return None

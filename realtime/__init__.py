@@ -54,12 +54,12 @@ _EXPORTS: dict[str, str] = {
     "ToolParser": "realtime.chat.tools.base",
     "ToolSpec": "realtime.chat.tools.base",
     "ReasoningParser": "realtime.chat.reasoning.base",
-    "ParsedOutput": "realtime.chat.tools.events",
-    "ParsedToolCall": "realtime.chat.tools.events",
-    "ContentDelta": "realtime.chat.tools.events",
-    "ReasoningDelta": "realtime.chat.tools.events",
-    "ToolCallStart": "realtime.chat.tools.events",
-    "ToolCallArguments": "realtime.chat.tools.events",
+    "ParsedOutput": "realtime.protocol.output",
+    "ParsedToolCall": "realtime.protocol.output",
+    "ContentDelta": "realtime.protocol.output",
+    "ReasoningDelta": "realtime.protocol.output",
+    "ToolCallStart": "realtime.protocol.output",
+    "ToolCallArguments": "realtime.protocol.output",
 }
 
 __all__ = [
@@ -126,14 +126,6 @@ if TYPE_CHECKING:  # the same names, for type checkers (tests/test_layers.py all
         reasoning_parser_names,
     )
     from realtime.chat.tools.base import ToolParser, ToolSpec
-    from realtime.chat.tools.events import (
-        ContentDelta,
-        ParsedOutput,
-        ParsedToolCall,
-        ReasoningDelta,
-        ToolCallArguments,
-        ToolCallStart,
-    )
     from realtime.chat.tools.registry import (
         UnknownParserError,
         create_tool_parser,
@@ -159,3 +151,11 @@ if TYPE_CHECKING:  # the same names, for type checkers (tests/test_layers.py all
     from realtime.model.info import ModelInfo
     from realtime.model.template import ChatTemplate
     from realtime.model.tokenizer import Tokenizer
+    from realtime.protocol.output import (
+        ContentDelta,
+        ParsedOutput,
+        ParsedToolCall,
+        ReasoningDelta,
+        ToolCallArguments,
+        ToolCallStart,
+    )

@@ -35,6 +35,7 @@ from realtime.http.responses import (
     get_response,
     list_input_items,
 )
+from realtime.http.tokenize import detokenize_route, tokenize_route
 from realtime.http.ui import ui_routes
 from realtime.observability.metrics import Metrics
 from realtime.pipeline import ChatPipeline
@@ -117,6 +118,8 @@ def routes() -> list[BaseRoute]:
             "/v1/responses/{response_id}/cancel", openai_errors(cancel_response), methods=["POST"]
         ),
         Route("/v1/models", openai_errors(list_models), methods=["GET"]),
+        Route("/tokenize", openai_errors(tokenize_route), methods=["POST"]),
+        Route("/detokenize", openai_errors(detokenize_route), methods=["POST"]),
         Route("/v1/models/{model_id:path}", openai_errors(get_model), methods=["GET"]),
         Route("/health", openai_errors(health), methods=["GET"]),
         Route("/ready", openai_errors(ready), methods=["GET"]),

@@ -36,6 +36,12 @@ from realtime import __version__
 from realtime.config import ServerConfig
 from realtime.config.flags import FLAGS, GROUPS, Flag
 from realtime.config.values import Integer, Number
+from realtime.dialects.chat.tokenize import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeRequest,
+    TokenizeResponse,
+)
 from realtime.http.schemas import Health, ModelList, Readiness, ServedModel
 from realtime.protocol.completions import CompletionRequest, TextCompletion
 from realtime.protocol.frame_models import CLIENT_FRAMES, SERVER_FRAMES
@@ -265,6 +271,10 @@ def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
         (ResponseStreamEvent, "serialization"),
         (InputItemList, "serialization"),
         (DeletedResponse, "serialization"),
+        (TokenizeRequest, "validation"),
+        (TokenizeResponse, "serialization"),
+        (DetokenizeRequest, "validation"),
+        (DetokenizeResponse, "serialization"),
     ]
     refs, schemas = component_schemas(models)
 
@@ -390,6 +400,23 @@ def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
                             "schema": {"type": "string"}}],
             "responses": {"200": json_body(ref(ServedModel), "The model card"),
                           **errors("401", "403", "404")},
+        },
+        ("/tokenize", "post"): {
+            "summary": "Tokenize a prompt or a conversation as generation would (vLLM's shape)",
+            "description": "`prompt` (text) or `messages` (rendered with the chat template,"
+            " `tools` and `chat_template_kwargs`, exactly as a chat request's prompt):"
+            " `count` equals that request's `usage.prompt_tokens`.",
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": ref(TokenizeRequest, "validation")}}},
+            "responses": {"200": json_body(ref(TokenizeResponse), "The tokens"),
+                          **errors("400", "401", "403", "404", "503")},
+        },
+        ("/detokenize", "post"): {
+            "summary": "Token ids back to text, special tokens included (vLLM's shape)",
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": ref(DetokenizeRequest, "validation")}}},
+            "responses": {"200": json_body(ref(DetokenizeResponse), "The text"),
+                          **errors("400", "401", "403", "404", "503")},
         },
         ("/health", "get"): {
             "summary": "Liveness (no key needed)",

@@ -37,8 +37,10 @@ LAYERS: list[set[str]] = [
     # the test doubles (the fake exllamav2, the tiny test model's writer) and the engine
     # conformance kit: above engine, which they drive (and whose install hint they give)
     {"testing"},
-    # requests in, chunks out: drives an engine through the chat logic
+    # the neutral request in, typed output out: drives an engine through the chat logic
     {"pipeline"},
+    # the wire protocols: each API's request -> the neutral request, typed output -> its frames
+    {"dialects"},
     # the Responses API over the chat pipeline, for both transports; its store
     {"responses"},
     # the socket session core (no I/O) and its dialects: frames <-> commands, actions

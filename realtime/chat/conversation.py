@@ -1,108 +1,144 @@
-"""Messages the way chat templates expect them, including an answer being sent back.
+"""The one conversion from a conversation's items to the messages a chat template renders.
 
-Two places turn OpenAI messages into template input: the prompt of every request,
-and the speculative next-turn prefill, which must render the assistant turn just
-produced exactly as the client will send it back. Both use these functions, so the
-two renderings cannot drift apart.
+Every API builds its conversation as items (`realtime.protocol.conversation`);
+this module alone turns items into template input, so the same conversation
+renders the same prompt whichever API carried it, and a prefix one API cached is
+found by the next. The speculative next-turn prefill renders the answer just
+produced through the same function (`answer_items`), so it matches what the
+client sends back.
+
+The rules, documented in docs/protocol.md ("How a conversation becomes a prompt"):
+
+* a message becomes a message of its role; its text parts are joined one per line
+  (`PART_SEPARATOR`); a message without content has no `content` key;
+* reasoning becomes `reasoning_content` of the assistant message that follows it
+  (several reasoning items in a row are joined one per line); reasoning that no
+  assistant turn follows before the next user or tool message is dropped;
+* a function call joins the assistant message right before it as one of its
+  `tool_calls` (calls in a row are one assistant turn), or opens an assistant
+  message of its own; arguments are decoded from JSON for the template;
+* a function's output becomes a `tool` message answering its `call_id`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from realtime.chat.tools.events import ParsedOutput
+from realtime.protocol.conversation import (
+    FunctionCall,
+    FunctionTool,
+    Item,
+    Message,
+    Reasoning,
+)
 from realtime.protocol.json_input import (
     DEFAULT_MAX_JSON_DEPTH,
     JsonTooDeepError,
     check_shape,
     parse_json,
 )
+from realtime.protocol.output import ParsedOutput
 
-#: Between the texts of a message's content parts (see `joined_parts`).
+#: Between the texts of a message's content parts, and between reasoning items.
 PART_SEPARATOR = "\n"
 
 
-def template_message(message: dict[str, Any]) -> dict[str, Any]:
-    """A wire message as chat templates get it: content parts joined, arguments decoded.
+def template_messages(items: Iterable[Item]) -> list[dict[str, Any]]:
+    """The template's `messages` for a conversation (see the module docstring)."""
+    messages: list[dict[str, Any]] = []
+    #: the assistant message function calls join, while nothing else came after it
+    assistant: dict[str, Any] | None = None
+    reasoning: list[str] = []
+    for item in items:
+        if isinstance(item, Message):
+            message: dict[str, Any] = {"role": item.role}
+            if item.parts is not None:
+                message["content"] = PART_SEPARATOR.join(item.parts)
+            if item.extras:
+                message.update(item.extras)
+            if item.role == "assistant":
+                if reasoning:
+                    message["reasoning_content"] = PART_SEPARATOR.join(reasoning)
+                    reasoning = []
+                assistant = message
+            else:
+                assistant = None
+                reasoning = []
+            messages.append(message)
+        elif isinstance(item, Reasoning):
+            assistant = None
+            reasoning.append(item.text)
+        elif isinstance(item, FunctionCall):
+            if assistant is None:
+                assistant = {"role": "assistant"}
+                if reasoning:
+                    assistant["reasoning_content"] = PART_SEPARATOR.join(reasoning)
+                    reasoning = []
+                messages.append(assistant)
+            call: dict[str, Any] = {
+                "id": item.call_id,
+                "type": "function",
+                "function": {"name": item.name, "arguments": _arguments(item.arguments)},
+            }
+            if item.extras:
+                call.update(item.extras)
+            assistant.setdefault("tool_calls", []).append(call)
+        else:
+            assistant = None
+            reasoning = []
+            output: dict[str, Any] = {
+                "role": "tool",
+                "tool_call_id": item.call_id,
+                "content": PART_SEPARATOR.join(item.output),
+            }
+            if item.extras:
+                output.update(item.extras)
+            messages.append(output)
+    return messages
 
-    Content given as an array of parts becomes one string (`joined_parts`), so the
-    prompt does not depend on whether a template happens to handle part arrays.
-    The OpenAI wire format carries tool-call `arguments` as a JSON string; templates
-    get them as objects, as transformers' callers do, because real templates
-    (Llama 3, Qwen) apply `| tojson` to them and would otherwise double-encode.
-    Arguments that are not valid JSON, or nest deeper than the request body may
-    (`--max-json-depth`'s default), stay the string they were sent as.
-    """
-    content = message.get("content")
-    if isinstance(content, list):
-        message = {**message, "content": joined_parts(content)}
-    calls = message.get("tool_calls")
-    if not calls:
-        return message
-    parsed = []
-    for call in calls:
-        function = call.get("function") or {}
-        arguments = function.get("arguments")
-        if isinstance(arguments, str):
-            decoded = _decoded_arguments(arguments)
-            if decoded is not None:
-                function = {**function, "arguments": decoded}
-        parsed.append({**call, "function": function})
-    return {**message, "tool_calls": parsed}
+
+def template_tools(tools: Sequence[FunctionTool] | None) -> list[dict[str, Any]] | None:
+    """The template's `tools`, in the chat API's shape every template reads."""
+    if not tools:
+        return None
+    out = []
+    for tool in tools:
+        function: dict[str, Any] = {"name": tool.name}
+        if tool.description is not None:
+            function["description"] = tool.description
+        if tool.parameters is not None:
+            function["parameters"] = tool.parameters
+        if tool.strict is not None:
+            function["strict"] = tool.strict
+        out.append({"type": "function", "function": function})
+    return out
 
 
-def joined_parts(parts: list[Any]) -> str:
-    """The text of content parts, one part per line.
-
-    vLLM and llama.cpp join text parts with a newline for templates that take
-    string content; TGI joins them with nothing, which runs `"part a"` and
-    `"part b"` together as `"part apart b"`. A refusal part counts as text (as
-    in vLLM); other parts never get here (`prepare` refuses them).
-    """
-    texts = []
-    for part in parts:
-        if isinstance(part, dict):
-            text = part.get("text") if part.get("type") == "text" else part.get("refusal")
-            if isinstance(text, str):
-                texts.append(text)
-    return PART_SEPARATOR.join(texts)
+def answer_items(output: ParsedOutput) -> list[Item]:
+    """A parsed answer as the items a client sends back (reasoning, text, calls)."""
+    items: list[Item] = []
+    if output.reasoning:
+        items.append(Reasoning(output.reasoning))
+    if output.content or not output.tool_calls:
+        items.append(Message("assistant", (output.content,)))
+    items += [FunctionCall(c.id, c.name, c.arguments) for c in output.tool_calls]
+    return items
 
 
-def _decoded_arguments(arguments: str) -> Any:
-    """The decoded arguments, or None to keep the string (not JSON, or too deep)."""
+def _arguments(arguments: str) -> Any:
+    """Arguments decoded for the template, which applies `| tojson` to them (Llama 3,
+    Qwen), as transformers' callers pass them; text that is not JSON, or nests
+    deeper than a request body may (`--max-json-depth`'s default), stays a string."""
     try:
         value = parse_json(arguments, DEFAULT_MAX_JSON_DEPTH)
         check_shape(value, DEFAULT_MAX_JSON_DEPTH)
     except (orjson.JSONDecodeError, JsonTooDeepError):
-        return None
+        return arguments
     return value
-
-
-def assistant_message(output: ParsedOutput) -> dict[str, Any]:
-    """The answer as the client received it (and will send it back), in wire form.
-
-    Mirrors the non-streaming `message`: `content` is null when the answer is only
-    tool calls, reasoning travels as `reasoning_content`, arguments as JSON text.
-    """
-    message: dict[str, Any] = {
-        "role": "assistant",
-        "content": output.content if output.content or not output.tool_calls else None,
-    }
-    if output.reasoning:
-        message["reasoning_content"] = output.reasoning
-    if output.tool_calls:
-        message["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
-            }
-            for call in output.tool_calls
-        ]
-    return message
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,4 +148,4 @@ class TemplateInput:
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None
-    kwargs: dict[str, Any]
+    kwargs: Mapping[str, Any]

@@ -20,7 +20,7 @@ OpenAI's rules kept here:
 * no chunk with an empty delta is sent, except the final one.
 
 Parsed output (content, reasoning, tool calls) arrives as the events of
-`realtime.chat.tools.events`; `event_chunks` turns one step's events into
+`realtime.protocol.output`; `event_chunks` turns one step's events into
 chunks, one per kind of delta, neighbours of one kind merged.
 """
 
@@ -31,14 +31,14 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from realtime.chat.tools.events import (
+from realtime.model.generation import FinishReason
+from realtime.protocol.output import (
     ContentDelta,
     OutputEvent,
     ReasoningDelta,
     ToolCallStart,
     merge_adjacent,
 )
-from realtime.model.generation import FinishReason
 
 _FINISH_NAMES = {
     FinishReason.EOS: "stop",

@@ -147,16 +147,3 @@ def response_format_constraint(
         f"response_format type {kind!r} is not 'text', 'json_object' or 'json_schema'",
         param=RESPONSE_FORMAT,
     )
-
-
-def flat_text_format(text_format: Mapping[str, Any]) -> dict[str, Any]:
-    """The Responses API's `text.format` as the `response_format` it means.
-
-    Its json_schema form is flat (`{"type": "json_schema", "name", "schema",
-    "strict", "description"}`); `response_format` nests those under
-    `json_schema`. Other types are the same in both.
-    """
-    if text_format.get("type") != "json_schema":
-        return dict(text_format)
-    inner = {k: v for k, v in text_format.items() if k != "type"}
-    return {"type": "json_schema", "json_schema": inner}

@@ -10,6 +10,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from realtime.config import input_limits
+from realtime.dialects.chat.run import ChatRun
 from realtime.http.serving import begin, read_json_body, respond
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import RealtimeError
@@ -24,19 +25,13 @@ async def chat_completions(request: Request) -> Response:
         limits = input_limits(state.config)
         chat_request = parse_chat_request(await read_json_body(request), limits)
         streaming = bool(chat_request.stream)
-        prepared = pipeline.prepare(chat_request, stream=streaming)
-        await pipeline.constrain(prepared)  # a grammar compiles off the loop, before the 200
+        run = ChatRun.prepare(pipeline, chat_request, stream=streaming)
+        await run.constrain()  # a grammar compiles off the loop, before the 200
     except RealtimeError as exc:
         outcome.finish("error", error=exc)
         raise
     except ClientDisconnect:  # gone during the body upload; answered by `openai_errors`
         outcome.finish("cancelled", cause="disconnect")
         raise
-    outcome.usage, outcome.response_id = prepared.delta.usage, prepared.delta.id
-    return await respond(
-        request,
-        outcome,
-        streaming,
-        stream=lambda: pipeline.stream(prepared),
-        complete=lambda: pipeline.complete(prepared),
-    )
+    outcome.usage, outcome.response_id = run.usage, run.id
+    return await respond(request, outcome, streaming, stream=run.stream, complete=run.complete)

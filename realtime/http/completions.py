@@ -10,6 +10,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from realtime.config import input_limits
+from realtime.dialects.chat.build import completion_generation
 from realtime.http.serving import begin, read_json_body, respond
 from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.completions import parse_completion_request
@@ -24,7 +25,12 @@ async def completions(request: Request) -> Response:
         limits = input_limits(state.config)
         body = parse_completion_request(await read_json_body(request), limits)
         streaming = bool(body.stream)
-        prepared = pipeline.prepare(body, stream=streaming)
+        prepared = pipeline.prepare(
+            completion_generation(body),
+            stream=streaming,
+            echo=bool(body.echo),
+            include_usage=body.include_usage,
+        )
         await pipeline.constrain(prepared)  # a grammar compiles off the loop, before the 200
     except RealtimeError as exc:
         outcome.finish("error", error=exc)

@@ -73,7 +73,7 @@ async def create_response(request: Request) -> Response:
     except ClientDisconnect:  # gone during the body upload; answered by `openai_errors`
         outcome.finish("cancelled", cause="disconnect")
         raise
-    outcome.usage, outcome.response_id = prepared.chat.delta.usage, prepared.id
+    outcome.usage, outcome.response_id = prepared.chat.usage, prepared.id
     # The time to first token is measured on the chat chunks under the events.
     on_chunk: Callable[[dict[str, Any]], None] = outcome.timer.chunk
     return await respond(

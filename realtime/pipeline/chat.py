@@ -1,6 +1,6 @@
-"""The chat-completion pipeline both transports call.
+"""The chat pipeline every chat-style API calls (chat completions, Responses, Realtime...).
 
-    ChatCompletionRequest -> prepare() -> PreparedChat -> stream() -> chunk dicts
+    GenerationRequest -> prepare() -> PreparedChat -> events() -> Steps, then a Finish
 
 `prepare` does everything that can fail before generation starts (model lookup,
 unsupported features, template rendering, tokenization, then the shared path to
@@ -10,9 +10,11 @@ can answer with a proper status code before it commits to a stream, and never
 adjusts what `prepare` returns. Then both transports `await constrain(prepared)`:
 a constraint's grammar is compiled on a worker thread, and an invalid schema is
 still a 400 (an `error` frame) there, before the first chunk.
-`stream` drives the engine and turns its tokens into chunks; closing the
-returned iterator closes the engine's iterator, which is how cancellation and
-client disconnects reach the engine.
+`events` drives the engine and turns its tokens into typed output (text,
+reasoning, tool calls: `realtime.pipeline.events`), which each API renders in its
+own wire shapes; closing the returned iterator closes the engine's iterator, which
+is how cancellation and client disconnects reach the engine. Errors name the field
+the client sent (`request.paths`), whichever API it came through.
 
 A request with `nvext.agent_hints.speculative_prefill` also gets its next turn
 warmed after its answer (`speculative.py`); that is scheduled here, so both
@@ -26,26 +28,24 @@ import hashlib
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any
 
 from realtime import __version__
-from realtime.chat.aggregate import ChunkAggregator
-from realtime.chat.conversation import TemplateInput, template_message
-from realtime.chat.delta import DeltaGenerator, new_completion_id
+from realtime.chat.conversation import TemplateInput, template_messages, template_tools
+from realtime.chat.delta import new_completion_id
 from realtime.chat.logprobs import format_logprobs
 from realtime.chat.reasoning.registry import resolve_reasoning_parser
 from realtime.chat.stops import StopMatcher
 from realtime.chat.tools.base import tool_specs
 from realtime.chat.tools.choice import ToolChoiceError
-from realtime.chat.tools.events import OutputEvent, fold_events
 from realtime.chat.tools.output import ChatOutputParser, build_output_parser
 from realtime.chat.tools.registry import resolve_tool_parser
 from realtime.constrain import ConstraintLimits
 from realtime.engine.base import Engine, EngineRequest, SessionAwareEngine
 from realtime.model.generation import FinishReason
 from realtime.pipeline.budget import OutputAsk, PromptOverflow, TokenBudget
-from realtime.pipeline.constraints import ConstraintPlan, Constraints
+from realtime.pipeline.constraints import ConstraintPlan, Constraints, response_format_of
 from realtime.pipeline.engine_requests import EngineRequestBuilder
+from realtime.pipeline.events import Finish, Step, Usage
 from realtime.pipeline.generation import text_steps
 from realtime.pipeline.sampling import check_token_ids
 from realtime.pipeline.speculative import NextTurn, SpeculativePrefill
@@ -55,25 +55,34 @@ from realtime.protocol.errors import (
     ToolChoiceNotSatisfiedError,
     UnsupportedFeatureError,
 )
-from realtime.protocol.request import ChatCompletionRequest
+from realtime.protocol.generation_request import FieldPaths, GenerationRequest
+from realtime.protocol.output import OutputEvent, fold_events
 
 #: Template variables the request itself decides; kwargs may not override them.
 _RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "tools", "add_generation_prompt"})
+#: The chat-template variable that switches a thinking model's reasoning on or off
+#: (Qwen 3, and the templates that copied it), set from `GenerationRequest.thinking`.
+THINKING_SWITCH = "enable_thinking"
 
 
 @dataclass(slots=True)
 class PreparedChat:
-    request: ChatCompletionRequest
+    request: GenerationRequest
     engine_request: EngineRequest
-    delta: DeltaGenerator
     stops: StopMatcher
-    top_logprobs: int
     #: Splits visible text into content, reasoning and tool calls (a no-op without parsers).
     output: ChatOutputParser
+    #: the prompt's tokens, the cached ones and the answer's, as it grows
+    usage: Usage
     #: The template input, kept only when the answer's next turn is to be warmed.
     next_turn: TemplateInput | None = None
     #: The constraint still to compile (`constrain()` puts it on the engine request).
     constraint: ConstraintPlan | None = None
+
+    @property
+    def id(self) -> str:
+        """The id the engine request (and, for chat, every chunk) carries."""
+        return self.engine_request.request_id
 
 
 class ChatPipeline:
@@ -121,91 +130,75 @@ class ChatPipeline:
 
     def prepare(
         self,
-        request: ChatCompletionRequest,
+        request: GenerationRequest,
         *,
         stream: bool = True,
         session_id: str | None = None,
+        request_id: str | None = None,
     ) -> PreparedChat:
         """Validate against the model and build the engine request. Raises RealtimeError.
 
         `session_id` names the conversation (a WebSocket session) the request belongs
         to: the engine's cache hint and, with `cache_salt`, its isolation key. It must
         come from the server (never from the client), so nobody can join another's.
+        `request_id` is the engine request's id (default: a chat completion id);
+        `stream` False parses the answer once, at its end.
         """
-        requests = self.requests
+        requests, paths = self.requests, request.paths
         requests.check_model(request)
-        _reject_unsupported(request)
         requests.check_ready()
-        conversation = self._template_input(request)
-        prompt_text, prompt_ids = self._render_prompt(request, conversation)
-        completion_id = new_completion_id()
-        limit = request.output_limit
-        field = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
+        conversation = self.template_input(request)
+        prompt_text, prompt_ids = self.render_prompt(request, conversation)
+        request_id = request_id or new_completion_id()
+        limit = request.max_tokens
         [engine_request] = requests.build(
             request,
             [prompt_ids],
-            [completion_id],
-            ask=OutputAsk(limit, explicit=limit is not None, field=field),
-            overflow=_overflow,
-            logprobs=(request.top_logprobs or 0) if request.logprobs else None,
+            [request_id],
+            ask=OutputAsk(limit, explicit=request.max_tokens_explicit, field=paths.max_tokens),
+            overflow=lambda overflow: _overflow(overflow, paths),
+            logprobs=request.logprobs,
             session_id=session_id,
         )
-        options = request.stream_options
-        delta = DeltaGenerator(
-            model=self.model_name,
-            prompt_tokens=len(prompt_ids),
-            # A non-streamed answer is folded from chunks; it always needs the usage.
-            include_usage=request.include_usage or not stream,
-            continuous_usage=bool(options and options.continuous_usage_stats),
-            logprobs=bool(request.logprobs),
-            extra_fields=request.extra_fields,
-            system_fingerprint=self.system_fingerprint,
-            completion_id=completion_id,
-        )
         stops = StopMatcher(
-            request.stop_strings, include_stop=bool(request.include_stop_str_in_output)
+            list(request.stopping.strings), include_stop=request.stopping.include_stop_string
         )
-        demands_call = request.tool_choice is not None and request.tool_choice not in (
-            "none",
-            "auto",
-        )
-        if demands_call and self.tool_parser in (None, "passthrough"):
-            raise UnsupportedFeatureError(
-                "tool_choice 'required' or a named function needs a tool parser; "
-                "start the server with --tool-parser",
-                param="tool_choice",
-            )
-        tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
+        choice = request.tool_choice
+        if choice is not None and choice not in ("none", "auto"):
+            if self.tool_parser in (None, "passthrough"):
+                raise UnsupportedFeatureError(
+                    "tool_choice 'required' or a named function needs a tool parser; "
+                    "start the server with --tool-parser",
+                    param=paths.tool_choice,
+                )
+        tools = conversation.tools if conversation is not None else template_tools(request.tools)
         try:
             output = build_output_parser(
                 tool_parser=self.tool_parser,
                 reasoning_parser=self.reasoning_parser,
                 tools=tools,
-                tool_choice=request.tool_choice,
+                tool_choice=choice,
                 parallel_tool_calls=request.parallel_tool_calls,
-                chat_template_kwargs=request.chat_template_kwargs,
+                chat_template_kwargs=conversation.kwargs if conversation is not None else None,
                 prompt=prompt_text,
                 incremental=stream,
             )
         except ToolChoiceError as exc:
-            raise InvalidRequestError(str(exc), param="tool_choice") from None
-        response_format = request.response_format
+            raise InvalidRequestError(str(exc), param=paths.tool_choice) from None
         plan = self.constraints.plan_chat(
-            response_format=response_format.model_dump(by_alias=True, exclude_none=True)
-            if response_format is not None
-            else None,
+            response_format=response_format_of(request.format),
             tools=tool_specs(tools),
             tool_parser=self.tool_parser,
             output=output,
+            paths=paths,
         )
-        warm = conversation is not None and _wants_warmup(request) and self.speculative.enabled
+        warm = conversation is not None and request.speculative_prefill and self.speculative.enabled
         return PreparedChat(
             request,
             engine_request,
-            delta,
             stops,
-            request.top_logprobs or 0,
             output,
+            Usage(len(prompt_ids)),
             next_turn=conversation if warm else None,
             constraint=plan,
         )
@@ -214,41 +207,49 @@ class ChatPipeline:
         """Compile the request's constraint (off the event loop) onto its engine request.
 
         Transports await this right after `prepare`, before they commit to an
-        answer: an unenforceable schema is an InvalidRequestError here. `stream`
+        answer: an unenforceable schema is an InvalidRequestError here. `events`
         calls it too (then it does nothing), so no constraint is ever skipped.
         """
         plan, prepared.constraint = prepared.constraint, None
         if plan is not None:
             prepared.engine_request.constraint = await self.constraints.compile(plan)
 
-    def _template_input(self, request: ChatCompletionRequest) -> TemplateInput | None:
+    def template_input(self, request: GenerationRequest) -> TemplateInput | None:
         """What the chat template gets; None when the client sent token ids instead."""
-        if request.nvext is not None and request.nvext.token_data is not None:
+        if request.prompt_token_ids is not None:
             return None
-        template_kwargs = request.chat_template_kwargs or {}
-        reserved = sorted(set(template_kwargs) & _RESERVED_TEMPLATE_KWARGS)
+        kwargs = dict(request.template_kwargs or {})
+        reserved = sorted(set(kwargs) & _RESERVED_TEMPLATE_KWARGS)
         if reserved:
             raise InvalidRequestError(
-                f"chat_template_kwargs may not set {reserved[0]!r};"
+                f"{request.paths.template_kwargs} may not set {reserved[0]!r};"
                 " it comes from the request itself",
-                param="chat_template_kwargs",
+                param=request.paths.template_kwargs,
             )
-        messages = [template_message(m.model_dump(exclude_none=True)) for m in request.messages]
-        tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools else None
-        return TemplateInput(messages, tools, dict(template_kwargs))
+        if request.thinking is not None:
+            kwargs.setdefault(THINKING_SWITCH, request.thinking)
+        return TemplateInput(
+            template_messages(request.conversation), template_tools(request.tools), kwargs
+        )
 
-    def _render_prompt(
-        self, request: ChatCompletionRequest, conversation: TemplateInput | None
+    def render_prompt(
+        self,
+        request: GenerationRequest,
+        conversation: TemplateInput | None,
+        *,
+        add_generation_prompt: bool = True,
     ) -> tuple[str | None, list[int]]:
-        """The prompt text (None when the client sent token ids) and its token ids."""
+        """The prompt text (None when the client sent token ids) and its token ids:
+        exactly what generation sees (`/tokenize` answers with the same)."""
         info = self.engine.info
         if conversation is None:
-            assert request.nvext is not None and request.nvext.token_data is not None
-            check_token_ids(request.nvext.token_data, info.vocab_size, "nvext.token_data")
-            return None, list(request.nvext.token_data)
+            assert request.prompt_token_ids is not None
+            ids = list(request.prompt_token_ids)
+            check_token_ids(ids, info.vocab_size, request.paths.token_ids)
+            return None, ids
         prompt = info.chat_template.render(
             conversation.messages,
-            add_generation_prompt=True,
+            add_generation_prompt=add_generation_prompt,
             tools=conversation.tools,
             **conversation.kwargs,
         )
@@ -256,48 +257,56 @@ class ChatPipeline:
 
     # --- generation ---
 
-    async def stream(self, prepared: PreparedChat) -> AsyncGenerator[dict[str, Any], None]:
-        """Chunks for one request. Engine faults end it with an `error` finish, then raise."""
+    async def events(self, prepared: PreparedChat) -> AsyncGenerator[Step | Finish, None]:
+        """One `Step` per engine step, then one `Finish`. Engine faults end it with an
+        `ERROR` finish, then raise; a tool choice the answer missed raises at the end."""
         await self.constrain(prepared)
         tokenizer = self.engine.info.tokenizer
-        delta, stops, output = prepared.delta, prepared.stops, prepared.output
+        request, stops, output, usage = (
+            prepared.request,
+            prepared.stops,
+            prepared.output,
+            prepared.usage,
+        )
         # Parsers must see their markers; some ([TOOL_CALLS], [THINK]) are special tokens.
-        skip_special = prepared.request.skip_special_tokens is not False and not any(
+        skip_special = request.skip_special_tokens is not False and not any(
             tokenizer.is_special(marker) for marker in output.markers
         )
-        want_logprobs = prepared.engine_request.logprobs is not None
+        top_logprobs = request.logprobs
         finish: FinishReason | None = None
         #: the parsed answer, collected only when its next turn is to be warmed
         answer: list[OutputEvent] | None = [] if prepared.next_turn is not None else None
         plain = not output.active and answer is None
         steps = text_steps(
-            self.engine, prepared.engine_request, tokenizer, stops, skip_special_tokens=skip_special
+            self.engine,
+            prepared.engine_request,
+            tokenizer,
+            stops,
+            skip_special_tokens=skip_special,
+            paths=request.paths,
         )
         try:
             async with aclosing(steps):
                 async for step in steps:
                     if step.cached_tokens is not None:
-                        delta.set_cached_tokens(step.cached_tokens)
-                    delta.add_tokens(step.token_ids)
+                        usage.cached_tokens = step.cached_tokens
+                    usage.completion_tokens += len(step.token_ids)
                     finish = step.finish
                     logprobs = (
-                        format_logprobs(tokenizer, step.logprobs, prepared.top_logprobs)
-                        if want_logprobs and step.logprobs
+                        format_logprobs(tokenizer, step.logprobs, top_logprobs)
+                        if top_logprobs is not None and step.logprobs
                         else None
                     )
                     if plain:
-                        # No parser and nothing to collect: text goes straight to a chunk.
-                        chunk = delta.content_chunk(step.text, logprobs)
-                        if chunk is not None:
-                            yield chunk
+                        # No parser and nothing to collect: the text is all content.
+                        yield Step(step.token_ids, step.text, None, logprobs, step.cached_tokens)
                     else:
                         events = output.feed(step.text)
                         if finish is not None and finish is not FinishReason.ERROR:
                             events += output.finish()
                         if answer is not None:
                             answer += events
-                        for chunk in delta.event_chunks(events, logprobs):
-                            yield chunk
+                        yield Step(step.token_ids, step.text, events, logprobs, step.cached_tokens)
                     if finish is FinishReason.ERROR:
                         raise EngineError(step.error or "the engine failed while generating")
             assert finish is not None  # text_steps ends on the finishing step or raises
@@ -307,31 +316,21 @@ class ChatPipeline:
                 output.tool_choice_violation() if finish is not FinishReason.LENGTH else None
             )
             if violation is not None:
-                raise ToolChoiceNotSatisfiedError(violation, param="tool_choice")
+                raise ToolChoiceNotSatisfiedError(violation, param=request.paths.tool_choice)
         except EngineError:
-            for chunk in delta.finish_chunks(FinishReason.ERROR):
-                yield chunk
+            yield Finish(FinishReason.ERROR, usage)
             raise
         if answer is not None:
-            # Before the final chunk: a consumer may stop iterating right after it.
+            # Before the finish: a consumer may stop iterating right after it.
             self._warm_next_turn(prepared, answer)
-        for chunk in delta.finish_chunks(finish):
-            yield chunk
-
-    async def complete(self, prepared: PreparedChat) -> dict[str, Any]:
-        """The non-streaming `chat.completion`, folded from the same chunks."""
-        aggregator = ChunkAggregator()
-        async with aclosing(self.stream(prepared)) as chunks:
-            async for chunk in chunks:
-                aggregator.add(chunk)
-        return aggregator.result()
+        yield Finish(finish, usage)
 
     def _warm_next_turn(self, prepared: PreparedChat, answer: list[OutputEvent]) -> None:
         assert prepared.next_turn is not None
         request = prepared.engine_request
         self.speculative.schedule(
             NextTurn(
-                completion_id=prepared.delta.id,
+                completion_id=prepared.id,
                 conversation=prepared.next_turn,
                 answer=fold_events(answer),
                 cache_salt=request.cache_salt,
@@ -352,33 +351,12 @@ class ChatPipeline:
         await self.speculative.aclose()
 
 
-def _reject_unsupported(request: ChatCompletionRequest) -> None:
-    if request.n is not None and request.n > 1:
-        raise UnsupportedFeatureError(
-            "n > 1 is not supported; send one request per choice", param="n"
-        )
-    if request.modalities and set(request.modalities) - {"text"}:
-        raise UnsupportedFeatureError("only the text modality is supported", param="modalities")
-    for name in ("audio", "prediction", "web_search_options", "functions", "function_call"):
-        if getattr(request, name) is not None:
-            raise UnsupportedFeatureError(f"{name} is not supported", param=name)
-    for index, message in enumerate(request.messages):
-        content = getattr(message, "content", None)
-        if isinstance(content, list):
-            for part in content:
-                if part.type not in ("text", "refusal"):
-                    raise UnsupportedFeatureError(
-                        f"this model accepts text only; {part.type!r} content is not supported",
-                        param=f"messages.{index}.content",
-                    )
-
-
-def _overflow(overflow: PromptOverflow) -> InvalidRequestError:
+def _overflow(overflow: PromptOverflow, paths: FieldPaths) -> InvalidRequestError:
     if overflow.room <= 0:
         return InvalidRequestError(
             f"the prompt is {overflow.prompt_tokens} tokens; the model's context is "
             f"{overflow.context_length} tokens",
-            param="messages",
+            param=paths.input,
             code="context_length_exceeded",
         )
     return InvalidRequestError(
@@ -387,8 +365,3 @@ def _overflow(overflow: PromptOverflow) -> InvalidRequestError:
         param=overflow.field,
         code="context_length_exceeded",
     )
-
-
-def _wants_warmup(request: ChatCompletionRequest) -> bool:
-    hints = request.nvext.agent_hints if request.nvext is not None else None
-    return bool(hints is not None and hints.speculative_prefill)

@@ -25,22 +25,24 @@ from realtime.chat.stops import StopMatcher
 from realtime.engine.base import EngineRequest
 from realtime.pipeline.budget import OutputAsk, PromptOverflow
 from realtime.pipeline.chat import ChatPipeline
-from realtime.pipeline.constraints import ConstraintPlan
+from realtime.pipeline.constraints import ConstraintPlan, response_format_of
 from realtime.pipeline.generation import text_steps
 from realtime.pipeline.sampling import check_token_ids
-from realtime.protocol.completions import CompletionRequest
-from realtime.protocol.errors import EngineError, InvalidRequestError, UnsupportedFeatureError
+from realtime.protocol.errors import EngineError, InvalidRequestError
+from realtime.protocol.generation_request import FieldPaths, GenerationRequest
 
 
 @dataclass(slots=True)
 class PreparedCompletion:
-    request: CompletionRequest
+    request: GenerationRequest
     engine_requests: list[EngineRequest]
     prompt_texts: list[str]
     chunks: CompletionChunks
     #: The `response_format` constraint still to compile (`constrain()`), shared by
     #: every choice: each starts its own matcher from it.
     constraint: ConstraintPlan | None = None
+    #: each choice starts with its prompt's text
+    echo: bool = False
 
 
 class CompletionPipeline:
@@ -49,23 +51,20 @@ class CompletionPipeline:
     def __init__(self, chat: ChatPipeline):
         self.chat = chat
 
-    def prepare(self, request: CompletionRequest, *, stream: bool = True) -> PreparedCompletion:
-        """Validate against the model and build one engine request per prompt."""
+    def prepare(
+        self,
+        request: GenerationRequest,
+        *,
+        stream: bool = True,
+        echo: bool = False,
+        include_usage: bool = False,
+    ) -> PreparedCompletion:
+        """Validate against the model and build one engine request per prompt.
+        `echo`: each choice starts with its prompt's text; `include_usage`: a usage
+        chunk ends the stream (a non-streamed answer always gets its usage)."""
         chat = self.chat
-        requests = chat.requests
+        requests, paths = chat.requests, request.paths
         requests.check_model(request)
-        for name, value in (("n", request.n), ("best_of", request.best_of)):
-            if value is not None and value > 1:
-                raise UnsupportedFeatureError(
-                    f"{name} > 1 is not supported; send one prompt per choice", param=name
-                )
-        if request.suffix is not None:
-            raise UnsupportedFeatureError("suffix (insertion) is not supported", param="suffix")
-        if request.echo and request.logprobs is not None:
-            raise UnsupportedFeatureError(
-                "echo with logprobs needs the prompt's logprobs, which the engines do not report",
-                param="echo",
-            )
         info = requests.check_ready()
         completion_id = new_text_completion_id()
         prompts: list[list[int]] = []
@@ -76,8 +75,9 @@ class CompletionPipeline:
             if isinstance(prompt, str):
                 ids, text = info.tokenizer.encode(prompt), prompt
             else:
-                check_token_ids(prompt, info.vocab_size, "prompt")
-                ids, text = list(prompt), info.tokenizer.decode(prompt)
+                ids = list(prompt)
+                check_token_ids(ids, info.vocab_size, paths.input)
+                text = info.tokenizer.decode(ids)
             prompts.append(ids)
             texts.append(text)
             request_ids.append(f"{completion_id}-{index}")
@@ -87,28 +87,21 @@ class CompletionPipeline:
             prompts,
             request_ids,
             ask=OutputAsk(
-                request.max_tokens,
-                explicit="max_tokens" in request.model_fields_set,
-                field="max_tokens",
+                request.max_tokens, explicit=request.max_tokens_explicit, field=paths.max_tokens
             ),
-            overflow=_overflow,
+            overflow=lambda overflow: _overflow(overflow, paths),
             logprobs=request.logprobs,
         )
         chunks = CompletionChunks(
             model=chat.model_name,
             prompt_tokens=counts,
-            include_usage=request.include_usage or not stream,
+            include_usage=include_usage or not stream,
             logprobs=request.logprobs,
             system_fingerprint=chat.system_fingerprint,
             completion_id=completion_id,
         )
-        response_format = request.response_format
-        plan = chat.constraints.plan_completion(
-            response_format.model_dump(by_alias=True, exclude_none=True)
-            if response_format is not None
-            else None
-        )
-        return PreparedCompletion(request, engine_requests, texts, chunks, plan)
+        plan = chat.constraints.plan_completion(response_format_of(request.format), paths)
+        return PreparedCompletion(request, engine_requests, texts, chunks, plan, echo)
 
     async def constrain(self, prepared: PreparedCompletion) -> None:
         """Compile the `response_format` constraint onto every choice's engine request
@@ -153,17 +146,17 @@ class CompletionPipeline:
         request, chunks = prepared.request, prepared.chunks
         tokenizer = self.chat.engine.info.tokenizer
         try:
-            if request.echo:
+            if prepared.echo:
                 queue.put_nowait(chunks.echo_chunk(index, prepared.prompt_texts[index]))
-            stops = StopMatcher(
-                request.stop_strings, include_stop=bool(request.include_stop_str_in_output)
-            )
+            stopping = request.stopping
+            stops = StopMatcher(list(stopping.strings), include_stop=stopping.include_stop_string)
             steps = text_steps(
                 self.chat.engine,
                 prepared.engine_requests[index],
                 tokenizer,
                 stops,
                 skip_special_tokens=request.skip_special_tokens is not False,
+                paths=request.paths,
             )
             async with aclosing(steps):
                 async for step in steps:
@@ -194,10 +187,10 @@ class CompletionPipeline:
         return fold_completion_chunks(collected)
 
 
-def _overflow(overflow: PromptOverflow) -> InvalidRequestError:
+def _overflow(overflow: PromptOverflow, paths: FieldPaths) -> InvalidRequestError:
     return InvalidRequestError(
         f"prompt {overflow.index} is {overflow.prompt_tokens} tokens and asks for "
         f"{overflow.asked} more; the model's context is {overflow.context_length} tokens",
-        param="max_tokens" if overflow.room > 0 else "prompt",
+        param=paths.max_tokens if overflow.room > 0 else paths.input,
         code="context_length_exceeded",
     )

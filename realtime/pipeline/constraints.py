@@ -42,16 +42,19 @@ from realtime.chat.tools.grammar import enforceable_parsers, tool_call_grammar, 
 from realtime.chat.tools.output import ChatOutputParser
 from realtime.constrain import (
     RESPONSE_FORMAT,
+    TOOL_CHOICE,
+    TOOLS,
     Constraint,
     ConstraintError,
     ConstraintLimits,
     Reasoning,
     response_format_constraint,
 )
-from realtime.constrain.json_schema import ANY_OBJECT, flat_text_format
+from realtime.constrain.json_schema import ANY_OBJECT
 from realtime.engine.base import ConstrainingEngine, Engine
 from realtime.pipeline.engine_errors import constraint_error
 from realtime.protocol.errors import UnsupportedFeatureError
+from realtime.protocol.generation_request import CHAT_PATHS, FieldPaths, JsonFormat
 
 if TYPE_CHECKING:  # torch loads only with an engine that constrains
     from realtime.constrain.matcher import CompiledConstraint, ConstraintCompiler
@@ -69,9 +72,8 @@ class ConstraintPlan:
     checks: tuple[Callable[[], Constraint | None], ...] = ()
     #: Cheap to build and nothing to compile (a ban): no worker thread.
     inline: bool = False
-    #: The field a `response_format` error is reported under (`text.format` for the
-    #: Responses API, whose format is the same object, flat).
-    format_param: str = RESPONSE_FORMAT
+    #: The client's names for the fields a compile error may name (`text.format`...).
+    paths: FieldPaths = CHAT_PATHS
 
 
 class Constraints:
@@ -97,11 +99,13 @@ class Constraints:
         tools: list[ToolSpec],
         tool_parser: str | None,
         output: ChatOutputParser,
+        paths: FieldPaths = CHAT_PATHS,
     ) -> ConstraintPlan | None:
         """The plan for a chat request (None: generation is free).
 
         `response_format` is the field as plain JSON; `output` is the request's
-        output parser, which holds its tool choice and whether it reasons.
+        output parser, which holds its tool choice and whether it reasons; `paths`
+        names the client's fields in errors.
         Raises UnsupportedFeatureError for a JSON mode this engine cannot enforce.
         """
         fmt = _json_mode(response_format)
@@ -110,7 +114,7 @@ class Constraints:
         ban = choice.mode == "none" and tool_parser is not None and fmt is None
         if fmt is None and not calls and not ban:
             return None
-        compiler = self._compiler_for(fmt)
+        compiler = self._compiler_for(fmt, param=paths.format)
         if compiler is None:
             return None  # tool_choice: checked on the output, as without constraints
         assert tool_parser is not None or fmt is not None
@@ -129,7 +133,7 @@ class Constraints:
                 reasoning=reasoning,
                 limits=limits,
             )
-            return ConstraintPlan(compiler, build, checks)
+            return ConstraintPlan(compiler, build, checks, paths=paths)
         if fmt is not None:
             parsed_calls = output.tools is not None and tool_parser in _ENFORCEABLE
             if choice.mode == "auto" and parsed_calls:
@@ -144,7 +148,7 @@ class Constraints:
                     reasoning=reasoning,
                     limits=limits,
                 )
-                return ConstraintPlan(compiler, build, checks)
+                return ConstraintPlan(compiler, build, checks, paths=paths)
             build = partial(
                 response_format_constraint,
                 fmt,
@@ -152,48 +156,28 @@ class Constraints:
                 reasoning=reasoning,
                 added_tokens=added,
             )
-            return ConstraintPlan(compiler, build)
+            return ConstraintPlan(compiler, build, paths=paths)
         ban_spec = tool_markers_ban(tool_parser, added)
         if ban_spec is None:
             return None  # the format's calls start with plain text: nothing to ban
-        return ConstraintPlan(compiler, lambda: ban_spec, inline=True)
+        return ConstraintPlan(compiler, lambda: ban_spec, inline=True, paths=paths)
 
-    def plan_completion(self, response_format: Mapping[str, Any] | None) -> ConstraintPlan | None:
-        """The plan for a text completion: its `response_format` only."""
-        return self.plan_format(response_format)
-
-    def plan_format(
-        self,
-        response_format: Mapping[str, Any] | None,
-        *,
-        reasoning: Reasoning | None = None,
-        param: str = RESPONSE_FORMAT,
+    def plan_completion(
+        self, response_format: Mapping[str, Any] | None, paths: FieldPaths = CHAT_PATHS
     ) -> ConstraintPlan | None:
-        """The plan for a `response_format`-shaped object alone (None for text).
-
-        `param` names the field in errors: the Responses API passes its
-        `text.format` through `flat_text_format` and `param="text.format"`.
-        """
+        """The plan for a text completion: its `response_format` only (None for text)."""
         fmt = _json_mode(response_format)
         if fmt is None:
             return None
-        compiler = self._compiler_for(fmt, param=param)
+        compiler = self._compiler_for(fmt, param=paths.format)
         assert compiler is not None  # _compiler_for refuses a JSON mode without one
         build = partial(
             response_format_constraint,
             fmt,
             limits=self.limits,
-            reasoning=reasoning,
             added_tokens=compiler.binding.added_tokens,
         )
-        return ConstraintPlan(compiler, build, format_param=param)
-
-    def plan_text_format(self, text_format: Mapping[str, Any] | None) -> ConstraintPlan | None:
-        """The Responses API's `text.format` (`{"type": "json_schema", "name": ...,
-        "schema": ...}`, flat), planned as the `response_format` it means."""
-        if text_format is None:
-            return None
-        return self.plan_format(flat_text_format(text_format), param="text.format")
+        return ConstraintPlan(compiler, build, paths=paths)
 
     # --- compiling, before the answer is committed ---
 
@@ -204,8 +188,13 @@ class Constraints:
                 return _compile(plan)
             return await asyncio.to_thread(_compile, plan)
         except ConstraintError as exc:
-            if exc.param == RESPONSE_FORMAT and plan.format_param != RESPONSE_FORMAT:
-                exc.param = plan.format_param
+            paths = plan.paths
+            named = {
+                RESPONSE_FORMAT: paths.format,
+                TOOLS: paths.tools,
+                TOOL_CHOICE: paths.tool_choice,
+            }
+            exc.param = named.get(exc.param, exc.param)
             raise constraint_error(exc) from None
 
     # --- the compiler ---
@@ -231,6 +220,25 @@ class Constraints:
 
             compiler = self._compiler = ConstraintCompiler(binding, self.limits)
         return compiler
+
+
+def response_format_of(fmt: JsonFormat | None) -> dict[str, object] | None:
+    """A request's structured output in the form the constraint layer reads (the chat
+    API's `response_format`, as plain JSON)."""
+    if fmt is None:
+        return None
+    if fmt.kind == "json_object":
+        return {"type": "json_object"}
+    spec: dict[str, object] = {}
+    if fmt.name is not None:
+        spec["name"] = fmt.name
+    if fmt.schema is not None:
+        spec["schema"] = fmt.schema
+    if fmt.description is not None:
+        spec["description"] = fmt.description
+    if fmt.strict is not None:
+        spec["strict"] = fmt.strict
+    return {"type": "json_schema", "json_schema": spec}
 
 
 def _compile(plan: ConstraintPlan) -> CompiledConstraint | None:

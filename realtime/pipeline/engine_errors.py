@@ -22,22 +22,25 @@ from realtime.protocol.errors import (
     InvalidRequestError,
     RealtimeError,
 )
-
-#: The request field a client is pointed to for each part of an engine request.
-#: The prompt is named as the chat API spells it, on both APIs.
-_PARAMS: dict[RequestPart, str | None] = {
-    RequestPart.PROMPT: "messages",
-    RequestPart.PROMPT_TOKEN_IDS: "nvext.token_data",
-    RequestPart.SAMPLING: None,
-}
+from realtime.protocol.generation_request import CHAT_PATHS, FieldPaths
 
 
-def client_error(error: GenerationError) -> RealtimeError:
-    """The client-facing error for what an engine raised (its message is kept)."""
+def _param(part: RequestPart | None, paths: FieldPaths) -> str | None:
+    """The request field a client is pointed to for a part of an engine request."""
+    if part is RequestPart.PROMPT:
+        return paths.input
+    if part is RequestPart.PROMPT_TOKEN_IDS:
+        return paths.token_ids
+    return None
+
+
+def client_error(error: GenerationError, paths: FieldPaths = CHAT_PATHS) -> RealtimeError:
+    """The client-facing error for what an engine raised (its message is kept), naming
+    the field the client sent (`paths`)."""
     if isinstance(error, EngineRequestError):
         return InvalidRequestError(
             error.message,
-            param=_PARAMS[error.part] if error.part is not None else None,
+            param=_param(error.part, paths),
             code="context_length_exceeded" if error.exceeds_context else None,
         )
     if isinstance(error, EngineUnavailable):

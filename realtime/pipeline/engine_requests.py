@@ -16,7 +16,7 @@ from realtime.model.info import ModelInfo
 from realtime.pipeline.budget import OutputAsk, Overflow, TokenBudget
 from realtime.pipeline.sampling import check_token_ids, sampling_params
 from realtime.protocol.errors import EngineUnavailableError, ModelNotFoundError
-from realtime.protocol.request import GenerationRequest
+from realtime.protocol.generation_request import GenerationRequest
 
 
 class EngineRequestBuilder:
@@ -31,7 +31,7 @@ class EngineRequestBuilder:
         if request.model != self.model_name:
             raise ModelNotFoundError(
                 f"The model `{request.model}` does not exist. Available: {self.model_name}",
-                param="model",
+                param=request.paths.model,
             )
 
     def check_ready(self) -> ModelInfo:
@@ -53,13 +53,15 @@ class EngineRequestBuilder:
         session_id: str | None = None,
     ) -> list[EngineRequest]:
         """One engine request per prompt (token ids), or a RealtimeError saying why not."""
-        info = self.engine.info
-        stop_token_ids = request.stop_token_ids or []
-        check_token_ids(stop_token_ids, info.vocab_size, "stop_token_ids")
+        info, stopping = self.engine.info, request.stopping
+        stop_token_ids = list(stopping.token_ids)
+        check_token_ids(stop_token_ids, info.vocab_size, request.paths.stop_token_ids)
         limits = self.budget.limits(list(map(len, prompts)), info.context_length, ask, overflow)
-        sampling = sampling_params(request, info.generation_defaults, info.vocab_size)
-        ignore_eos, min_tokens = request.effective_ignore_eos, request.min_tokens or 0
-        cache_salt = request.effective_cache_salt
+        sampling = sampling_params(
+            request.sampling, info.generation_defaults, info.vocab_size, request.paths
+        )
+        ignore_eos, min_tokens = stopping.ignore_eos, stopping.min_tokens
+        cache_salt = request.cache_salt
         built = []
         for index, prompt in enumerate(prompts):
             stop = StopConditions(

@@ -22,6 +22,7 @@ from realtime.model.generation import FinishReason, TokenLogprob
 from realtime.model.tokenizer import Tokenizer
 from realtime.pipeline.engine_errors import client_error
 from realtime.protocol.errors import EngineError
+from realtime.protocol.generation_request import CHAT_PATHS, FieldPaths
 
 
 @dataclass(slots=True)
@@ -44,11 +45,12 @@ async def text_steps(
     stops: StopMatcher,
     *,
     skip_special_tokens: bool = True,
+    paths: FieldPaths = CHAT_PATHS,
 ) -> AsyncGenerator[TextStep, None]:
     """Steps until (and including) the one with a finish reason.
 
-    Raises a RealtimeError for what the engine raised, and EngineError when the
-    engine's stream ends without finishing.
+    Raises a RealtimeError for what the engine raised (naming the client's fields,
+    `paths`), and EngineError when the engine's stream ends without finishing.
     """
     decoder = tokenizer.decode_stream(skip_special_tokens=skip_special_tokens)
     min_tokens = request.stop.min_tokens
@@ -82,5 +84,5 @@ async def text_steps(
                 if finish is not None:
                     return  # leaving the block closes the engine's iterator
     except GenerationError as exc:
-        raise client_error(exc) from exc
+        raise client_error(exc, paths) from exc
     raise EngineError("the engine stream ended without a finish reason")

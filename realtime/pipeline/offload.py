@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from realtime.pipeline import ChatPipeline, PreparedChat
-    from realtime.protocol.request import ChatCompletionRequest
+    from realtime.protocol.generation_request import GenerationRequest
+
+T = TypeVar("T")
 
 #: Frames at least this long (characters of JSON) are prepared off the event loop.
 OFF_LOOP_CHARS = 64 * 1024
@@ -44,16 +47,25 @@ def _pool() -> ThreadPoolExecutor:
 
 async def prepare_chat(
     pipeline: ChatPipeline,
-    request: ChatCompletionRequest,
+    request: GenerationRequest,
     *,
     stream: bool,
     session_id: str | None,
     size: int,
+    request_id: str | None = None,
 ) -> PreparedChat:
     """`pipeline.prepare(...)`, in a worker thread when the request's frame was `size` >=
     `OFF_LOOP_CHARS` characters. A cancel while the thread works returns at once; the
     thread finishes that one request and its result is dropped."""
+    work = functools.partial(
+        pipeline.prepare, request, stream=stream, session_id=session_id, request_id=request_id
+    )
+    return await off_loop(work, size)
+
+
+async def off_loop(work: Callable[[], T], size: int) -> T:
+    """`work()`, in a worker thread when its input was `size` >= `OFF_LOOP_CHARS`
+    characters (or bytes), else right here."""
     if size < OFF_LOOP_CHARS:
-        return pipeline.prepare(request, stream=stream, session_id=session_id)
-    work = functools.partial(pipeline.prepare, request, stream=stream, session_id=session_id)
+        return work()
     return await asyncio.get_running_loop().run_in_executor(_pool(), work)

@@ -31,9 +31,8 @@ from collections import deque
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
-from realtime.chat.conversation import TemplateInput, assistant_message, template_message
+from realtime.chat.conversation import TemplateInput, answer_items, template_messages
 from realtime.chat.next_turn import next_turn_prefix
-from realtime.chat.tools.events import ParsedOutput
 from realtime.engine.base import (
     BACKGROUND_PRIORITY,
     Engine,
@@ -44,6 +43,7 @@ from realtime.engine.base import (
 )
 from realtime.engine.errors import GenerationError
 from realtime.model.generation import FinishReason
+from realtime.protocol.output import ParsedOutput
 
 log = logging.getLogger("realtime.speculative")
 
@@ -234,10 +234,11 @@ class SpeculativePrefill:
     def _prefix_tokens(self, turn: NextTurn) -> list[int]:
         info = self.engine.info
         conversation = turn.conversation
+        [answer] = template_messages(answer_items(turn.answer))
         text = next_turn_prefix(
             info.chat_template,
             conversation.messages,
-            template_message(assistant_message(turn.answer)),
+            answer,
             tools=conversation.tools,
             template_kwargs=conversation.kwargs,
         )

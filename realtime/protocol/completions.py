@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from realtime.protocol.errors import InvalidRequestError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits, check_stop_strings
 from realtime.protocol.request import (
-    GenerationRequest,
     ResponseFormat,
+    SharedRequestFields,
     validation_error_to_client,
 )
 
@@ -29,7 +29,7 @@ Prompt = str | list[str] | list[TokenId] | list[list[TokenId]]
 MAX_PROMPTS = 16
 
 
-class CompletionRequest(GenerationRequest):
+class CompletionRequest(SharedRequestFields):
     prompt: Prompt
     #: OpenAI's default for this endpoint is 16 tokens, unlike chat.
     max_tokens: int | None = Field(default=16, ge=1)

@@ -97,7 +97,7 @@ class NvExt(_Strict):
     repetition_penalty: float | None = Field(default=None, gt=0.0)
 
 
-class GenerationRequest(_Strict):
+class SharedRequestFields(_Strict):
     """What chat and text completion requests share: sampling, stops, streaming, extras.
 
     One definition, so both APIs validate and derive these the same way.
@@ -179,7 +179,7 @@ class GenerationRequest(_Strict):
         return frozenset(self.nvext.extra_fields)
 
 
-class ChatCompletionRequest(GenerationRequest):
+class ChatCompletionRequest(SharedRequestFields):
     """`POST /v1/chat/completions` body, and the body of a /v1/realtime request frame."""
 
     messages: list[Message] = Field(min_length=1)

@@ -28,7 +28,8 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
-from realtime.pipeline import ChatPipeline, PreparedChat
+from realtime.dialects.chat.run import ChatRun
+from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import InvalidRequestError, RealtimeError, UnsupportedFeatureError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
 from realtime.protocol.request import ChatCompletionRequest, validation_error_to_client
@@ -55,7 +56,8 @@ MAX_LIST_LIMIT = 100
 @dataclass(slots=True)
 class PreparedResponse:
     request: ResponsesRequest
-    chat: PreparedChat
+    #: the chat completion whose chunks the events are made from
+    chat: ChatRun
     events: ResponseEvents
     #: where the finished response is kept (None: nowhere, `store: false` over HTTP)
     store: ResponseStore | None
@@ -120,11 +122,11 @@ class ResponsesService:
         history = await self._history(request.previous_response_id, owner, local)
         plan = self.plan(request, history, stream=stream, warm_next_turn=warm_next_turn)
         try:
-            prepared = self.pipeline.prepare(plan.chat, stream=stream, session_id=session_id)
+            run = ChatRun.prepare(self.pipeline, plan.chat, stream=stream, session_id=session_id)
         except RealtimeError as exc:
             raise responses_error(exc) from None
         keep = self.store if request.stores else local
-        return PreparedResponse(request, prepared, plan.events, keep, owner, plan.generate)
+        return PreparedResponse(request, run, plan.events, keep, owner, plan.generate)
 
     def plan(
         self,
@@ -176,8 +178,8 @@ class ResponsesService:
         events = prepared.events
         for event in events.start():
             yield event
-        chunks = self.pipeline.stream(prepared.chat)
-        usage = prepared.chat.delta.usage
+        chunks = prepared.chat.stream()
+        usage = prepared.chat.usage
         try:
             async with aclosing(chunks):
                 async for chunk in chunks:

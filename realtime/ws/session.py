@@ -38,6 +38,8 @@ from typing import Any
 from starlette.websockets import WebSocket
 
 from realtime.config import ServerConfig, input_limits
+from realtime.dialects.chat.build import chat_generation
+from realtime.dialects.chat.run import ChatRun
 from realtime.observability.fast_metrics import FastCounterChild
 from realtime.observability.metrics import Metrics, RequestTimer
 from realtime.pipeline import ChatPipeline
@@ -280,26 +282,28 @@ class RealtimeSession:
         try:
             if request.cancel_pending:
                 raise asyncio.CancelledError  # cancelled before its first step
-            payload = request.request
+            payload, pipeline = request.request, self.pipeline
             streaming = payload.stream is not False
-            prepared = request.prepared = await prepare_chat(
-                self.pipeline,
-                payload,
+            prepared = await prepare_chat(
+                pipeline,
+                chat_generation(payload),
                 stream=streaming,
                 session_id=self.session_id,
                 size=request.size,
             )
-            await self.pipeline.constrain(prepared)  # before the first chunk: errors are 400s
+            run = request.prepared = ChatRun(pipeline, payload, prepared, stream=streaming)
+            await run.constrain()  # before the first chunk: errors are 400s
             if streaming:
                 timer = request.timer = RequestTimer(self.metrics, TRANSPORT, request.received_at)
-                put, render = self._outbox.put, self.dialect.render_chunk
-                async with aclosing(self.pipeline.stream(prepared)) as chunks:
-                    async for chunk in chunks:
-                        timer.chunk(chunk)
-                        for frame in render(request, chunk):
-                            await put(frame, "chunk", request_id)
+                put, render, frames = self._outbox.put, run.chunks.render, self.dialect.render_chunk
+                async with aclosing(pipeline.events(prepared)) as events:
+                    async for event in events:
+                        for chunk in render(event):
+                            timer.chunk(chunk)
+                            for frame in frames(request, chunk):
+                                await put(frame, "chunk", request_id)
             else:
-                completion = await self.pipeline.complete(prepared)
+                completion = await run.complete()
                 for frame in self.dialect.render_completion(request, completion):
                     await self._outbox.put(frame, "completion")
             actions = core.request_completed(request_id)

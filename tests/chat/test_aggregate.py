@@ -292,7 +292,7 @@ def _events_completion(
 
 
 def test_tool_calls_only_give_null_content() -> None:
-    from realtime.chat.tools.events import ToolCallArguments, ToolCallStart
+    from realtime.protocol.output import ToolCallArguments, ToolCallStart
 
     result = _events_completion(
         [ToolCallStart(0, "call_a", "get_weather"), ToolCallArguments(0, '{"city": ')],
@@ -321,7 +321,7 @@ def test_tool_calls_only_give_null_content() -> None:
 
 
 def test_reasoning_content_and_calls_together() -> None:
-    from realtime.chat.tools.events import (
+    from realtime.protocol.output import (
         ContentDelta,
         ReasoningDelta,
         ToolCallArguments,
@@ -340,7 +340,7 @@ def test_reasoning_content_and_calls_together() -> None:
 
 
 def test_reasoning_only_gives_empty_content() -> None:
-    from realtime.chat.tools.events import ReasoningDelta
+    from realtime.protocol.output import ReasoningDelta
 
     message = _events_completion(
         [ReasoningDelta("cut off while thinking")], reason=FinishReason.LENGTH
@@ -350,7 +350,7 @@ def test_reasoning_only_gives_empty_content() -> None:
 
 
 def test_completion_validates_with_the_openai_sdk() -> None:
-    from realtime.chat.tools.events import ContentDelta, ToolCallArguments, ToolCallStart
+    from realtime.protocol.output import ContentDelta, ToolCallArguments, ToolCallStart
 
     sdk = pytest.importorskip("openai.types.chat")
     with_calls = _events_completion(

@@ -9,8 +9,8 @@ import pytest
 
 from realtime.chat.coalesce import fold_chunk
 from realtime.chat.delta import DeltaGenerator
-from realtime.chat.tools.events import ReasoningDelta, ToolCallStart
 from realtime.model.generation import FinishReason
+from realtime.protocol.output import ReasoningDelta, ToolCallStart
 
 
 def _gen(**kwargs: Any) -> DeltaGenerator:

@@ -291,7 +291,7 @@ def _choice(chunk: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_tool_call_shape_matches_openai() -> None:
-    from realtime.chat.tools.events import ToolCallArguments, ToolCallStart
+    from realtime.protocol.output import ToolCallArguments, ToolCallStart
 
     delta = gen()
     first, args = delta.event_chunks(
@@ -337,7 +337,7 @@ def test_tool_call_shape_matches_openai() -> None:
     ],
 )
 def test_finish_reason_after_tool_calls(reason: FinishReason, name: str) -> None:
-    from realtime.chat.tools.events import ToolCallStart
+    from realtime.protocol.output import ToolCallStart
 
     delta = gen()
     delta.event_chunks([ToolCallStart(0, "call_x", "f")])
@@ -345,7 +345,7 @@ def test_finish_reason_after_tool_calls(reason: FinishReason, name: str) -> None
 
 
 def test_reasoning_then_content() -> None:
-    from realtime.chat.tools.events import ContentDelta, ReasoningDelta
+    from realtime.protocol.output import ContentDelta, ReasoningDelta
 
     delta = gen()
     chunks = delta.event_chunks([ReasoningDelta("Hm"), ReasoningDelta("m."), ContentDelta("Yes")])
@@ -357,7 +357,7 @@ def test_reasoning_then_content() -> None:
 
 
 def test_event_chunks_send_nothing_empty() -> None:
-    from realtime.chat.tools.events import ContentDelta, ReasoningDelta, ToolCallArguments
+    from realtime.protocol.output import ContentDelta, ReasoningDelta, ToolCallArguments
 
     delta = gen()
     (role,) = delta.event_chunks([])
@@ -371,7 +371,7 @@ def test_event_chunks_send_nothing_empty() -> None:
 
 
 def test_event_chunks_put_logprobs_on_the_first_chunk() -> None:
-    from realtime.chat.tools.events import ContentDelta, ToolCallStart
+    from realtime.protocol.output import ContentDelta, ToolCallStart
 
     delta = gen(logprobs=True, extra_fields=frozenset({"engine_data"}))
     content, start = delta.event_chunks(
@@ -388,7 +388,7 @@ def test_event_chunks_put_logprobs_on_the_first_chunk() -> None:
 
 
 def test_event_chunks_with_content_only_equal_content_chunk() -> None:
-    from realtime.chat.tools.events import ContentDelta
+    from realtime.protocol.output import ContentDelta
 
     a, b = gen(completion_id="chatcmpl-x"), gen(completion_id="chatcmpl-x")
     for text in ["Hel", "lo"]:
@@ -396,7 +396,7 @@ def test_event_chunks_with_content_only_equal_content_chunk() -> None:
 
 
 def test_chunks_validate_with_the_openai_sdk() -> None:
-    from realtime.chat.tools.events import (
+    from realtime.protocol.output import (
         ContentDelta,
         ReasoningDelta,
         ToolCallArguments,

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from realtime.chat.conversation import assistant_message, template_message
+from realtime.chat.conversation import answer_items, template_messages
 from realtime.chat.next_turn import PLACEHOLDER, next_turn_prefix
-from realtime.chat.tools.events import ParsedOutput, ParsedToolCall
 from realtime.model.template import ChatTemplate
 from realtime.protocol.errors import InvalidRequestError
+from realtime.protocol.output import ParsedOutput, ParsedToolCall
 from realtime.testing.tiny_model import CHATML_TEMPLATE, LLAMA3_TEMPLATE
 
 TEMPLATES = Path(__file__).parent.parent / "model" / "templates"
@@ -72,7 +72,7 @@ def test_every_next_turn_starts_with_the_prefix(name: str, answer_kind: str) -> 
     template = TEMPLATE_CASES[name]
     parsed = ANSWERS[answer_kind]
     tools = [WEATHER] if parsed.tool_calls else None
-    answer = template_message(assistant_message(parsed))
+    [answer] = template_messages(answer_items(parsed))
     try:  # what the client's next request renders to
         nexts = [
             template.render(
@@ -96,7 +96,7 @@ def test_every_next_turn_starts_with_the_prefix(name: str, answer_kind: str) -> 
 
 def test_reasoning_is_stripped_where_the_template_strips_it_once_a_turn_follows() -> None:
     template = TEMPLATE_CASES["tiny_chatml"]
-    answer = template_message(assistant_message(ANSWERS["reasoning"]))
+    [answer] = template_messages(answer_items(ANSWERS["reasoning"]))
     naive = template.render([*HISTORY, answer], add_generation_prompt=False)
     prefix = next_turn_prefix(template, HISTORY, answer)
     assert prefix is not None
@@ -118,17 +118,3 @@ def test_a_template_that_refuses_the_placeholder_falls_back_to_the_plain_renderi
     )
     broken = ChatTemplate("{{ raise_exception('never') }}")
     assert next_turn_prefix(broken, HISTORY, answer) is None
-
-
-def test_assistant_message_is_what_the_client_sends_back() -> None:
-    calls = assistant_message(ANSWERS["tool_call"])
-    assert calls["content"] is None
-    assert calls["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'
-    assert template_message(calls)["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}
-    reasoning = assistant_message(ANSWERS["reasoning"])
-    assert reasoning == {
-        "role": "assistant",
-        "content": "Sunny.",
-        "reasoning_content": "The user wants the weather.",
-    }
-    assert assistant_message(ParsedOutput())["content"] == ""

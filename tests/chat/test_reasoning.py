@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from realtime.chat.reasoning import create_reasoning_parser, thinking_requested
-from realtime.chat.tools.events import (
+from realtime.protocol.output import (
     ContentDelta,
     OutputEvent,
     ParsedOutput,

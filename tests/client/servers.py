@@ -29,6 +29,7 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from realtime.app import build_app
+from realtime.chat.conversation import template_messages
 from realtime.config import ServerConfig
 from realtime.engine.echo import EchoEngine
 from realtime.http.ui import ui_routes
@@ -285,13 +286,24 @@ class ScriptedServer:
 
 
 def record_requests(app: Any) -> list[dict[str, Any]]:
-    """Every chat request the real app prepares, as the fields the client set."""
+    """Every chat request the real app prepares, as the chat fields the client set (read
+    back from the pipeline's neutral request: the fields these tests look at)."""
     requests: list[dict[str, Any]] = []
     pipeline = app.state.pipeline
     prepare = pipeline.prepare
 
     def recording_prepare(request: Any, **options: Any) -> Any:
-        requests.append(request.model_dump(exclude_unset=True))
+        fields: dict[str, Any] = {
+            "model": request.model,
+            "messages": template_messages(request.conversation),
+        }
+        if request.sampling.temperature is not None:
+            fields["temperature"] = request.sampling.temperature
+        if request.max_tokens_explicit:
+            fields["max_tokens"] = request.max_tokens
+        if request.stopping.strings:
+            fields["stop"] = list(request.stopping.strings)
+        requests.append(fields)
         return prepare(request, **options)
 
     pipeline.prepare = recording_prepare

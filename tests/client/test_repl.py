@@ -18,6 +18,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Close
 
+from realtime.chat.conversation import template_messages
 from realtime.client.repl import (
     decode_rate,
     describe_close,
@@ -49,7 +50,7 @@ def record(running: Any) -> Recorder:
     prepare, add = pipeline.prepare, hub.add
 
     def recording_prepare(request: Any, **options: Any) -> Any:
-        recorder.requests.append([m.model_dump(exclude_none=True) for m in request.messages])
+        recorder.requests.append(template_messages(request.conversation))
         return prepare(request, **options)
 
     def recording_add(session: Any) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from realtime.dialects.chat.run import ChatRun
 from realtime.engine.base import EngineOutput, EngineRequest
 from realtime.model.generation import FinishReason
 from realtime.model.info import GenerationDefaults, ModelInfo
@@ -419,7 +420,7 @@ async def test_tokenizer_and_template_work_in_the_chat_pipeline(tiny_model_dir: 
     pipeline = ChatPipeline(engine)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Salut 👋"}]
     request = parse_chat_request({"model": "tiny", "messages": messages, "stream": False})
-    result = await pipeline.complete(pipeline.prepare(request, stream=False))
+    result = await ChatRun.prepare(pipeline, request, stream=False).complete()
 
     expected = AutoTokenizer.from_pretrained(tiny_model_dir).apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=False

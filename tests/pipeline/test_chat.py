@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
+from realtime.dialects.chat.run import ChatRun
 from realtime.engine.echo import EchoEngine, EchoTokenizer
 from realtime.model.info import ModelInfo
 from realtime.model.template import ChatTemplate
-from realtime.pipeline import ChatPipeline, PreparedChat
+from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import (
     EngineError,
     EngineUnavailableError,
@@ -41,11 +42,11 @@ def req(content: str = TEXT, **fields: Any) -> Any:
     return parse_chat_request(body)
 
 
-async def _collect(pipeline: ChatPipeline, prepared: PreparedChat) -> list[dict[str, Any]]:
-    return [chunk async for chunk in pipeline.stream(prepared)]
+async def _collect(pipeline: ChatPipeline, prepared: ChatRun) -> list[dict[str, Any]]:
+    return [chunk async for chunk in prepared.stream()]
 
 
-def stream(pipeline: ChatPipeline, prepared: PreparedChat) -> list[dict[str, Any]]:
+def stream(pipeline: ChatPipeline, prepared: ChatRun) -> list[dict[str, Any]]:
     chunks = asyncio.run(_collect(pipeline, prepared))
     for chunk in chunks:
         ChatCompletionChunk.model_validate(chunk)
@@ -97,7 +98,7 @@ def test_prepare_builds_the_engine_request(pipeline: ChatPipeline) -> None:
         cache_salt="s",
         nvext={"top_k": 5, "min_p": 0.2, "repetition_penalty": 1.3, "ignore_eos": True},
     )
-    prepared = pipeline.prepare(request)
+    prepared = ChatRun.prepare(pipeline, request)
     er = prepared.engine_request
     assert er.prompt_token_ids == EchoTokenizer().encode(TEXT)
     assert er.request_id == prepared.delta.id
@@ -114,26 +115,26 @@ def test_prepare_builds_the_engine_request(pipeline: ChatPipeline) -> None:
     assert er.sampling.min_p == 0.2
     assert er.sampling.repetition_penalty == 1.3
     assert er.sampling.logit_bias == {17: -5.0}
-    assert prepared.top_logprobs == 2
+    assert prepared.prepared.request.logprobs == 2
     assert prepared.delta.prompt_tokens == len(er.prompt_token_ids)
     assert prepared.delta.system_fingerprint == pipeline.system_fingerprint
 
 
 def test_default_max_tokens_is_the_room_left(pipeline: ChatPipeline) -> None:
-    prepared = pipeline.prepare(req("a b c"))
+    prepared = ChatRun.prepare(pipeline, req("a b c"))
     assert prepared.engine_request.stop.max_tokens == 32768 - 3
     assert prepared.engine_request.logprobs is None
 
 
 def test_nvext_token_data_skips_templating(pipeline: ChatPipeline) -> None:
-    prepared = pipeline.prepare(req(nvext={"token_data": [0x0161, 0x0162]}))
+    prepared = ChatRun.prepare(pipeline, req(nvext={"token_data": [0x0161, 0x0162]}))
     assert prepared.engine_request.prompt_token_ids == [0x0161, 0x0162]
     assert content(stream(pipeline, prepared)) == "ab"
 
 
 def test_unknown_model(pipeline: ChatPipeline) -> None:
     with pytest.raises(ModelNotFoundError) as info:
-        pipeline.prepare(req(model="gpt-4o"))
+        ChatRun.prepare(pipeline, req(model="gpt-4o"))
     assert info.value.param == "model"
     assert info.value.code == "model_not_found"
     assert info.value.status == 404
@@ -156,7 +157,7 @@ def test_unknown_model(pipeline: ChatPipeline) -> None:
 )
 def test_unsupported_features(pipeline: ChatPipeline, fields: dict[str, Any], param: str) -> None:
     with pytest.raises(UnsupportedFeatureError) as info:
-        pipeline.prepare(req(**fields))
+        ChatRun.prepare(pipeline, req(**fields))
     assert info.value.param == param
     assert info.value.code == "unsupported"
     assert info.value.status == 400
@@ -173,19 +174,19 @@ def test_unsupported_features(pipeline: ChatPipeline, fields: dict[str, Any], pa
     ],
 )
 def test_supported_variants_pass(pipeline: ChatPipeline, fields: dict[str, Any]) -> None:
-    pipeline.prepare(req(**fields))
+    ChatRun.prepare(pipeline, req(**fields))
 
 
 def test_engine_not_ready() -> None:
     pipeline = ChatPipeline(EchoEngine())  # never started
     with pytest.raises(EngineUnavailableError):
-        pipeline.prepare(req())
+        ChatRun.prepare(pipeline, req())
 
 
 def test_prompt_beyond_context() -> None:
     pipeline = make_pipeline(context_length=5)
     with pytest.raises(InvalidRequestError) as info:
-        pipeline.prepare(req("one two three four five"))  # 5 tokens: no room at all
+        ChatRun.prepare(pipeline, req("one two three four five"))  # 5 tokens: no room at all
     assert info.value.code == "context_length_exceeded"
     assert info.value.param == "messages"
     assert info.value.message == "the prompt is 5 tokens; the model's context is 5 tokens"
@@ -194,20 +195,20 @@ def test_prompt_beyond_context() -> None:
 def test_max_tokens_beyond_the_room_left() -> None:
     pipeline = make_pipeline(context_length=5)
     with pytest.raises(InvalidRequestError) as info:
-        pipeline.prepare(req("one two three", max_tokens=3))
+        ChatRun.prepare(pipeline, req("one two three", max_tokens=3))
     assert info.value.code == "context_length_exceeded"
     assert info.value.param == "max_tokens"
     assert info.value.message == (
         "max_tokens is 3 but only 2 tokens fit after the 3-token prompt (context 5)"
     )
     # Exactly the room left is fine.
-    prepared = pipeline.prepare(req("one two three", max_completion_tokens=2))
+    prepared = ChatRun.prepare(pipeline, req("one two three", max_completion_tokens=2))
     assert prepared.engine_request.stop.max_tokens == 2
 
 
 def test_bad_logit_bias_key(pipeline: ChatPipeline) -> None:
     with pytest.raises(InvalidRequestError) as info:
-        pipeline.prepare(req(logit_bias={"hello": 1}))
+        ChatRun.prepare(pipeline, req(logit_bias={"hello": 1}))
     assert info.value.param == "logit_bias"
 
 
@@ -225,7 +226,7 @@ def test_template_error_surfaces_as_invalid_request() -> None:
     engine = _StrictTemplateEngine()
     asyncio.run(engine.start())
     with pytest.raises(InvalidRequestError) as info:
-        ChatPipeline(engine).prepare(req())
+        ChatRun.prepare(ChatPipeline(engine), req())
     assert info.value.param == "messages"
     assert info.value.message == "chat template error: no system role"
 
@@ -235,7 +236,7 @@ def test_chat_template_kwargs_cannot_crash_prepare(pipeline: ChatPipeline, key: 
     """prepare() raises only RealtimeErrors: client input must never become a 500."""
     request = req(chat_template_kwargs={key: False})
     try:
-        pipeline.prepare(request)
+        ChatRun.prepare(pipeline, request)
     except InvalidRequestError as exc:
         assert exc.param == "chat_template_kwargs"
 
@@ -244,7 +245,7 @@ def test_chat_template_kwargs_cannot_crash_prepare(pipeline: ChatPipeline, key: 
 
 
 def test_stream_echoes_the_prompt(pipeline: ChatPipeline) -> None:
-    prepared = pipeline.prepare(req())
+    prepared = ChatRun.prepare(pipeline, req())
     chunks = stream(pipeline, prepared)
     assert content(chunks) == TEXT
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
@@ -271,7 +272,7 @@ def test_stream_echoes_the_prompt(pipeline: ChatPipeline) -> None:
     ],
 )
 def test_stream_round_trips_any_text(pipeline: ChatPipeline, text: str) -> None:
-    assert content(stream(pipeline, pipeline.prepare(req(text)))) == text
+    assert content(stream(pipeline, ChatRun.prepare(pipeline, req(text)))) == text
 
 
 def test_content_parts_reach_the_model_one_per_line(pipeline: ChatPipeline) -> None:
@@ -289,7 +290,7 @@ def test_content_parts_reach_the_model_one_per_line(pipeline: ChatPipeline) -> N
             ],
         }
     )
-    assert content(stream(pipeline, pipeline.prepare(request))) == "part a\npart b"
+    assert content(stream(pipeline, ChatRun.prepare(pipeline, request))) == "part a\npart b"
 
 
 def test_non_text_content_parts_are_rejected_not_ignored(pipeline: ChatPipeline) -> None:
@@ -309,13 +310,13 @@ def test_non_text_content_parts_are_rejected_not_ignored(pipeline: ChatPipeline)
         }
     )
     with pytest.raises(UnsupportedFeatureError) as info:
-        pipeline.prepare(request)
+        ChatRun.prepare(pipeline, request)
     assert info.value.param == "messages.1.content"
     assert "'image_url'" in info.value.message
 
 
 def test_max_tokens_finishes_with_length(pipeline: ChatPipeline) -> None:
-    chunks = stream(pipeline, pipeline.prepare(req(max_tokens=2)))
+    chunks = stream(pipeline, ChatRun.prepare(pipeline, req(max_tokens=2)))
     assert content(chunks) == "Hello world"
     assert finish(chunks) == ["length"]
     assert engine_of(pipeline).stats.tokens_generated == 2
@@ -324,7 +325,9 @@ def test_max_tokens_finishes_with_length(pipeline: ChatPipeline) -> None:
 def test_include_usage(pipeline: ChatPipeline) -> None:
     chunks = stream(
         pipeline,
-        pipeline.prepare(req("a b c", stream=True, stream_options={"include_usage": True})),
+        ChatRun.prepare(
+            pipeline, req("a b c", stream=True, stream_options={"include_usage": True})
+        ),
     )
     assert [c["usage"] for c in chunks[:-1]] == [None] * (len(chunks) - 1)
     assert chunks[-1]["choices"] == []
@@ -337,7 +340,7 @@ def test_include_usage(pipeline: ChatPipeline) -> None:
 
 
 def test_no_usage_when_not_asked(pipeline: ChatPipeline) -> None:
-    chunks = stream(pipeline, pipeline.prepare(req("a b c")))
+    chunks = stream(pipeline, ChatRun.prepare(pipeline, req("a b c")))
     assert all("usage" not in c for c in chunks)
 
 
@@ -355,36 +358,40 @@ def test_no_usage_when_not_asked(pipeline: ChatPipeline) -> None:
 def test_stop_strings_across_token_boundaries(
     pipeline: ChatPipeline, stop: Any, expected: str
 ) -> None:
-    chunks = stream(pipeline, pipeline.prepare(req(stop=stop)))
+    chunks = stream(pipeline, ChatRun.prepare(pipeline, req(stop=stop)))
     assert content(chunks) == expected
     assert finish(chunks) == ["stop"]
 
 
 def test_stop_string_stops_generation(pipeline: ChatPipeline) -> None:
-    stream(pipeline, pipeline.prepare(req(stop="lo w")))
+    stream(pipeline, ChatRun.prepare(pipeline, req(stop="lo w")))
     assert engine_of(pipeline).stats.tokens_generated == 2  # "Hello", " world"
 
 
 def test_stop_string_included(pipeline: ChatPipeline) -> None:
-    chunks = stream(pipeline, pipeline.prepare(req(stop="lo w", include_stop_str_in_output=True)))
+    chunks = stream(
+        pipeline, ChatRun.prepare(pipeline, req(stop="lo w", include_stop_str_in_output=True))
+    )
     assert content(chunks) == "Hello w"
 
 
 def test_stop_string_prefix_is_flushed_at_the_end(pipeline: ChatPipeline) -> None:
-    chunks = stream(pipeline, pipeline.prepare(req("the end", stop="end!")))
+    chunks = stream(pipeline, ChatRun.prepare(pipeline, req("the end", stop="end!")))
     assert content(chunks) == "the end"
     assert finish(chunks) == ["stop"]
 
 
 def test_stop_string_prefix_is_flushed_at_length(pipeline: ChatPipeline) -> None:
-    chunks = stream(pipeline, pipeline.prepare(req("the end of it", stop="end!", max_tokens=2)))
+    chunks = stream(
+        pipeline, ChatRun.prepare(pipeline, req("the end of it", stop="end!", max_tokens=2))
+    )
     assert content(chunks) == "the end"
     assert finish(chunks) == ["length"]
 
 
 def test_stop_token_ids(pipeline: ChatPipeline) -> None:
     stop_id = EchoTokenizer().encode(" world")[0]
-    prepared = pipeline.prepare(req(stop_token_ids=[stop_id]))
+    prepared = ChatRun.prepare(pipeline, req(stop_token_ids=[stop_id]))
     chunks = stream(pipeline, prepared)
     # The stop token counts as generated but its text is never shown (as in vLLM).
     assert content(chunks) == "Hello"
@@ -394,16 +401,18 @@ def test_stop_token_ids(pipeline: ChatPipeline) -> None:
 
 def test_min_tokens_keeps_stop_strings_from_ending_a_short_answer(pipeline: ChatPipeline) -> None:
     text = "a b a b a"
-    early = stream(pipeline, pipeline.prepare(req(text, stop=["b"])))
+    early = stream(pipeline, ChatRun.prepare(pipeline, req(text, stop=["b"])))
     assert content(early) == "a "
-    late = stream(pipeline, pipeline.prepare(req(text, stop=["b"], min_tokens=3)))
+    late = stream(pipeline, ChatRun.prepare(pipeline, req(text, stop=["b"], min_tokens=3)))
     # " b" as the 2nd token is inside min_tokens and is emitted; the one at token 4 stops.
     assert content(late) == "a b a "
     assert finish(late) == ["stop"]
 
 
 def test_logprobs(pipeline: ChatPipeline) -> None:
-    chunks = stream(pipeline, pipeline.prepare(req("hi there", logprobs=True, top_logprobs=1)))
+    chunks = stream(
+        pipeline, ChatRun.prepare(pipeline, req("hi there", logprobs=True, top_logprobs=1))
+    )
     entries = [
         e
         for c in chunks
@@ -427,14 +436,15 @@ def test_logprobs(pipeline: ChatPipeline) -> None:
 
 
 def test_logprobs_with_top_zero(pipeline: ChatPipeline) -> None:
-    chunks = stream(pipeline, pipeline.prepare(req("hi", logprobs=True)))
+    chunks = stream(pipeline, ChatRun.prepare(pipeline, req("hi", logprobs=True)))
     assert chunks[0]["choices"][0]["logprobs"]["content"][0]["top_logprobs"] == []
 
 
 def test_nvext_extra_fields(pipeline: ChatPipeline) -> None:
     ids = EchoTokenizer().encode("a b")
     chunks = stream(
-        pipeline, pipeline.prepare(req("a b", nvext={"extra_fields": ["completion_token_ids"]}))
+        pipeline,
+        ChatRun.prepare(pipeline, req("a b", nvext={"extra_fields": ["completion_token_ids"]})),
     )
     assert chunks[-1]["nvext"] == {"completion_token_ids": ids}
 
@@ -442,11 +452,11 @@ def test_nvext_extra_fields(pipeline: ChatPipeline) -> None:
 def test_engine_fault_mid_stream() -> None:
     pipeline = make_pipeline()
     engine_of(pipeline).fail_after_tokens = 2
-    prepared = pipeline.prepare(req())
+    prepared = ChatRun.prepare(pipeline, req())
     chunks: list[dict[str, Any]] = []
 
     async def run() -> None:
-        async for chunk in pipeline.stream(prepared):
+        async for chunk in prepared.stream():
             chunks.append(chunk)
 
     with pytest.raises(EngineError) as info:
@@ -461,11 +471,11 @@ def test_engine_fault_mid_stream() -> None:
 def test_engine_fault_with_usage_still_sends_usage() -> None:
     pipeline = make_pipeline()
     engine_of(pipeline).fail_after_tokens = 1
-    prepared = pipeline.prepare(req(stream=True, stream_options={"include_usage": True}))
+    prepared = ChatRun.prepare(pipeline, req(stream=True, stream_options={"include_usage": True}))
     chunks: list[dict[str, Any]] = []
 
     async def run() -> None:
-        async for chunk in pipeline.stream(prepared):
+        async for chunk in prepared.stream():
             chunks.append(chunk)
 
     with pytest.raises(EngineError):
@@ -476,11 +486,11 @@ def test_engine_fault_with_usage_still_sends_usage() -> None:
 
 
 def test_closing_the_stream_cancels_the_engine(pipeline: ChatPipeline) -> None:
-    prepared = pipeline.prepare(req())
+    prepared = ChatRun.prepare(pipeline, req())
 
     async def run() -> list[dict[str, Any]]:
         got = []
-        async with aclosing(pipeline.stream(prepared)) as chunks:
+        async with aclosing(prepared.stream()) as chunks:
             async for chunk in chunks:
                 got.append(chunk)
                 if len(got) == 2:
@@ -499,15 +509,15 @@ def test_closing_the_stream_cancels_the_engine(pipeline: ChatPipeline) -> None:
 # --- complete ---
 
 
-def _complete(pipeline: ChatPipeline, prepared: PreparedChat) -> dict[str, Any]:
-    result = asyncio.run(pipeline.complete(prepared))
+def _complete(pipeline: ChatPipeline, prepared: ChatRun) -> dict[str, Any]:
+    result = asyncio.run(prepared.complete())
     ChatCompletion.model_validate(result)
     return result
 
 
 def test_complete_matches_the_stream(pipeline: ChatPipeline) -> None:
-    streamed = content(stream(pipeline, pipeline.prepare(req())))
-    prepared = pipeline.prepare(req(), stream=False)
+    streamed = content(stream(pipeline, ChatRun.prepare(pipeline, req())))
+    prepared = ChatRun.prepare(pipeline, req(), stream=False)
     result = _complete(pipeline, prepared)
     n = len(EchoTokenizer().encode(TEXT))
     assert result == {
@@ -538,18 +548,18 @@ def test_complete_matches_the_stream(pipeline: ChatPipeline) -> None:
 
 
 def test_complete_with_stop_and_length(pipeline: ChatPipeline) -> None:
-    result = _complete(pipeline, pipeline.prepare(req(stop="lo w"), stream=False))
+    result = _complete(pipeline, ChatRun.prepare(pipeline, req(stop="lo w"), stream=False))
     assert result["choices"][0]["message"]["content"] == "Hel"
     assert result["choices"][0]["finish_reason"] == "stop"
     # Every generated token counts, including the ones behind the stop string.
     assert result["usage"]["completion_tokens"] == 2
-    result = _complete(pipeline, pipeline.prepare(req(max_tokens=3), stream=False))
+    result = _complete(pipeline, ChatRun.prepare(pipeline, req(max_tokens=3), stream=False))
     assert result["choices"][0]["message"]["content"] == "Hello world,"
     assert result["choices"][0]["finish_reason"] == "length"
 
 
 def test_complete_with_logprobs(pipeline: ChatPipeline) -> None:
-    result = _complete(pipeline, pipeline.prepare(req("a b", logprobs=True), stream=False))
+    result = _complete(pipeline, ChatRun.prepare(pipeline, req("a b", logprobs=True), stream=False))
     assert [e["token"] for e in result["choices"][0]["logprobs"]["content"]] == ["a", " b"]
 
 
@@ -557,7 +567,7 @@ def test_complete_raises_on_engine_fault() -> None:
     pipeline = make_pipeline()
     engine_of(pipeline).fail_after_tokens = 1
     with pytest.raises(EngineError):
-        asyncio.run(pipeline.complete(pipeline.prepare(req(), stream=False)))
+        asyncio.run(ChatRun.prepare(pipeline, req(), stream=False).complete())
 
 
 # --- model metadata the pipeline honours (vocabulary, generation defaults, templates) ---
@@ -579,7 +589,7 @@ def test_token_ids_outside_the_vocabulary_are_rejected_before_generation() -> No
     ]
     for fields, param in cases:
         with pytest.raises(InvalidRequestError) as info:
-            pipeline.prepare(req("hi", **fields))
+            ChatRun.prepare(pipeline, req("hi", **fields))
         assert info.value.param == param
         assert "outside the model's vocabulary of 100" in info.value.message
 
@@ -589,10 +599,10 @@ def test_generation_defaults_fill_only_what_the_request_leaves_out() -> None:
 
     defaults = GenerationDefaults(temperature=0.6, top_p=0.9, top_k=20, repetition_penalty=1.1)
     pipeline = _pipeline_with(generation_defaults=defaults)
-    implicit = pipeline.prepare(req("hi")).engine_request.sampling
+    implicit = ChatRun.prepare(pipeline, req("hi")).engine_request.sampling
     assert (implicit.temperature, implicit.top_p, implicit.top_k) == (0.6, 0.9, 20)
     assert implicit.repetition_penalty == 1.1 and implicit.min_p == 0.0
-    explicit = pipeline.prepare(req("hi", temperature=0, top_k=-1)).engine_request.sampling
+    explicit = ChatRun.prepare(pipeline, req("hi", temperature=0, top_k=-1)).engine_request.sampling
     assert explicit.temperature == 0 and explicit.top_k == 0 and explicit.top_p == 0.9
 
 
@@ -616,7 +626,9 @@ def test_tool_call_arguments_reach_the_template_as_objects() -> None:
         {"role": "tool", "tool_call_id": "call_1", "content": "1"},
         {"role": "user", "content": "again"},
     ]
-    prepared = pipeline.prepare(parse_chat_request({"model": "echo", "messages": messages}))
+    prepared = ChatRun.prepare(
+        pipeline, parse_chat_request({"model": "echo", "messages": messages})
+    )
     prompt = pipeline.engine.info.tokenizer.decode(prepared.engine_request.prompt_token_ids)
     assert prompt == 'f={"x": 1};g="not json";'
 
@@ -645,14 +657,14 @@ def test_a_demanded_tool_call_without_a_tool_parser_is_a_400(
     pipeline: ChatPipeline, choice: Any
 ) -> None:
     with pytest.raises(InvalidRequestError) as info:
-        pipeline.prepare(req("x", tools=[WEATHER_TOOL], tool_choice=choice))
+        ChatRun.prepare(pipeline, req("x", tools=[WEATHER_TOOL], tool_choice=choice))
     assert info.value.param == "tool_choice" and "tool parser" in info.value.message
 
 
 def test_echoed_tool_call_text_becomes_a_streamed_tool_call() -> None:
     pipeline = _parsing_pipeline(tool_parser="hermes")
     text = 'Checking. <tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
-    chunks = stream(pipeline, pipeline.prepare(req(text, tools=[WEATHER_TOOL])))
+    chunks = stream(pipeline, ChatRun.prepare(pipeline, req(text, tools=[WEATHER_TOOL])))
     calls = [
         call
         for c in chunks
@@ -672,8 +684,8 @@ def test_non_streamed_tool_call_and_reasoning_are_folded_into_the_message() -> N
         "<think>They want weather.</think>"
         '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
     )
-    prepared = pipeline.prepare(req(text, tools=[WEATHER_TOOL]), stream=False)
-    completion = asyncio.run(pipeline.complete(prepared))
+    prepared = ChatRun.prepare(pipeline, req(text, tools=[WEATHER_TOOL]), stream=False)
+    completion = asyncio.run(prepared.complete())
     message = completion["choices"][0]["message"]
     assert message["reasoning_content"] == "They want weather."
     assert message["content"] is None
@@ -683,7 +695,9 @@ def test_non_streamed_tool_call_and_reasoning_are_folded_into_the_message() -> N
 
 def test_required_tool_choice_that_the_output_ignores_fails_the_request() -> None:
     pipeline = _parsing_pipeline(tool_parser="hermes")
-    prepared = pipeline.prepare(req("no call here", tools=[WEATHER_TOOL], tool_choice="required"))
+    prepared = ChatRun.prepare(
+        pipeline, req("no call here", tools=[WEATHER_TOOL], tool_choice="required")
+    )
     with pytest.raises(ToolChoiceNotSatisfiedError):
         stream(pipeline, prepared)
     assert prepared.delta.finish_reason == "error"

@@ -6,7 +6,6 @@ echo engine); the end-to-end proof on real engines is tests/e2e/test_structured.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -14,11 +13,11 @@ import pytest
 from realtime.chat.tools import tool_specs
 from realtime.chat.tools.output import ChatOutputParser, build_output_parser
 from realtime.constrain import BannedTokens, ConstraintLimits, GrammarSpec
-from realtime.constrain.json_schema import flat_text_format
 from realtime.constrain.tokenizer import TokenizerBinding
 from realtime.engine.echo import EchoEngine
-from realtime.pipeline.constraints import ConstraintPlan, Constraints
+from realtime.pipeline.constraints import ConstraintPlan, Constraints, response_format_of
 from realtime.protocol.errors import InvalidRequestError, UnsupportedFeatureError
+from realtime.protocol.generation_request import FieldPaths, JsonFormat
 
 pytestmark = pytest.mark.anyio
 
@@ -221,25 +220,26 @@ def built_plan(constraints: Constraints) -> ConstraintPlan:
     return found
 
 
-async def test_the_responses_apis_flat_text_format(constraints: Constraints) -> None:
-    flat = {"type": "json_schema", "name": "a", "schema": SCHEMA, "strict": True}
-    sent = json.dumps(flat)
-    assert flat_text_format(flat) == {
+async def test_errors_name_the_field_the_client_sent(constraints: Constraints) -> None:
+    """The Responses API's format is `text.format`: a compile error names it, as does
+    the refusal on an engine that cannot constrain."""
+    paths = FieldPaths(format="text.format")
+    fmt = response_format_of(JsonFormat("json_schema", schema=SCHEMA, name="a", strict=True))
+    assert fmt == {
         "type": "json_schema",
         "json_schema": {"name": "a", "schema": SCHEMA, "strict": True},
     }
-    assert flat_text_format({"type": "json_object"}) == {"type": "json_object"}
-    assert constraints.plan_text_format({"type": "text"}) is None
-    found = constraints.plan_text_format(flat)
+    found = constraints.plan_completion(fmt, paths)
     assert found is not None
     compiled = await constraints.compile(found)
     assert compiled is not None and compiled.param == "response_format"
-    bad = constraints.plan_text_format({"type": "json_schema", "name": "b", "schema": {"type": 1}})
+    bad = constraints.plan_completion(
+        response_format_of(JsonFormat("json_schema", schema={"type": 1}, name="b")), paths
+    )
     assert bad is not None
     with pytest.raises(InvalidRequestError) as refused:
         await constraints.compile(bad)
     assert refused.value.param == "text.format"
     with pytest.raises(UnsupportedFeatureError) as unsupported:
-        Constraints(EchoEngine()).plan_text_format(flat)
+        Constraints(EchoEngine()).plan_completion(fmt, paths)
     assert unsupported.value.param == "text.format"
-    assert json.dumps(flat) == sent  # the caller's dict is left as it was

@@ -15,6 +15,8 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
+from realtime.dialects.chat.build import completion_generation
+from realtime.dialects.chat.run import ChatRun
 from realtime.engine.base import EngineOutput, EngineRequest
 from realtime.engine.echo import EchoEngine
 from realtime.engine.errors import (
@@ -151,26 +153,30 @@ def test_both_pipelines_raise_the_client_form(
 ) -> None:
     chat_pipeline, completions = _pipelines(RaisingEngine(raised))
     body = {"model": "echo", "messages": [{"role": "user", "content": "a b c"}]}
-    prepared = chat_pipeline.prepare(parse_chat_request(body))
+    prepared = ChatRun.prepare(chat_pipeline, parse_chat_request(body))
     with pytest.raises(kind) as from_chat:
-        asyncio.run(_drain(chat_pipeline.stream(prepared)))
+        asyncio.run(_drain(prepared.stream()))
     prepared_text = completions.prepare(
-        parse_completion_request({"model": "echo", "prompt": "a b c"})
+        completion_generation(parse_completion_request({"model": "echo", "prompt": "a b c"}))
     )
     with pytest.raises(kind) as from_completions:
         asyncio.run(_drain(completions.stream(prepared_text)))
+    assert (from_chat.value.code, from_chat.value.param) == (code, param)
+    # Each API's error names the field its client sent: text completions' prompt is `prompt`.
+    text_param = "prompt" if param == "messages" else param
+    assert (from_completions.value.code, from_completions.value.param) == (code, text_param)
     for error in (from_chat.value, from_completions.value):
-        assert (error.code, error.param, error.message) == (code, param, raised.message)
+        assert error.message == raised.message
 
 
 def test_a_failure_mid_answer_still_ends_the_chat_stream_with_an_error_finish() -> None:
     chat_pipeline, _ = _pipelines(RaisingEngine(EngineFailure("broke"), after=2))
     body = {"model": "echo", "messages": [{"role": "user", "content": "a b c d"}], "stream": True}
-    prepared = chat_pipeline.prepare(parse_chat_request(body))
+    prepared = ChatRun.prepare(chat_pipeline, parse_chat_request(body))
     seen: list[dict[str, Any]] = []
 
     async def run() -> None:
-        async for chunk in chat_pipeline.stream(prepared):
+        async for chunk in prepared.stream():
             seen.append(chunk)
 
     with pytest.raises(EngineError, match="broke"):

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from realtime.dialects.chat.build import chat_generation, completion_generation
 from realtime.engine.echo import EchoEngine
 from realtime.pipeline import ChatPipeline, CompletionPipeline
 from realtime.protocol.completions import parse_completion_request
@@ -34,11 +35,13 @@ def pipelines(cap: int | None, *, context_length: int = 32768) -> tuple[ChatPipe
 
 def chat_request(**fields: Any) -> Any:
     body = {"model": "echo", "messages": [{"role": "user", "content": TEN_WORDS}], **fields}
-    return parse_chat_request(body)
+    return chat_generation(parse_chat_request(body))
 
 
 def completion_request(**fields: Any) -> Any:
-    return parse_completion_request({"model": "echo", "prompt": TEN_WORDS, **fields})
+    return completion_generation(
+        parse_completion_request({"model": "echo", "prompt": TEN_WORDS, **fields})
+    )
 
 
 def test_prepare_cuts_an_unset_limit_to_the_cap() -> None:

@@ -16,10 +16,11 @@ pytest_plugins = ["tests.model_fixtures"]
 
 torch = pytest.importorskip("torch")
 
-from realtime.chat.tools.events import ParsedOutput  # noqa: E402
+from realtime.dialects.chat.run import ChatRun  # noqa: E402
 from realtime.engine.cpu.engine import CpuEngine  # noqa: E402
 from realtime.pipeline import ChatPipeline  # noqa: E402
 from realtime.pipeline.speculative import NextTurn  # noqa: E402
+from realtime.protocol.output import ParsedOutput  # noqa: E402
 from realtime.protocol.request import parse_chat_request  # noqa: E402
 from tests.conftest import wait_until  # noqa: E402
 from tests.engine.step_gate import step_gate  # noqa: E402
@@ -68,8 +69,10 @@ async def turn(
     pipeline: ChatPipeline, messages: list[dict[str, Any]], **options: Any
 ) -> dict[str, Any]:
     session = options.pop("session_id", None)
-    prepared = pipeline.prepare(body(messages, **options), stream=False, session_id=session)
-    completion = await pipeline.complete(prepared)
+    prepared = ChatRun.prepare(
+        pipeline, body(messages, **options), stream=False, session_id=session
+    )
+    completion = await prepared.complete()
     completion["prompt_ids"] = prepared.engine_request.prompt_token_ids
     return completion
 
@@ -131,10 +134,10 @@ async def test_cached_tokens_in_usage_are_what_the_engine_skipped(tiny_model_dir
             messages = followed(messages, results[-1], text)
             results.append(await turn(pipeline, messages))
         # Streamed too: the usage chunk carries the same figure.
-        prepared = pipeline.prepare(
-            body(messages, stream=True, stream_options={"include_usage": True})
+        prepared = ChatRun.prepare(
+            pipeline, body(messages, stream=True, stream_options={"include_usage": True})
         )
-        chunks = [chunk async for chunk in pipeline.stream(prepared)]
+        chunks = [chunk async for chunk in prepared.stream()]
         streamed = chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"]
         for result in results:
             stats = engine.stats.request(result["id"])
@@ -185,7 +188,7 @@ async def test_without_the_hint_there_is_no_extra_work(tiny_model_dir: Path) -> 
         assert engine.stats.forward_passes == own
         assert engine.stats.background_forward_passes == 0
         assert pipeline.speculative.stats.scheduled == 0
-        assert pipeline.prepare(body(messages)).next_turn is None
+        assert ChatRun.prepare(pipeline, body(messages)).prepared.next_turn is None
 
 
 async def test_aclose_cancels_a_warm_up_in_flight(tiny_model_dir: Path) -> None:
@@ -195,10 +198,10 @@ async def test_aclose_cancels_a_warm_up_in_flight(tiny_model_dir: Path) -> None:
     async with pipeline_on(tiny_model_dir, **options) as pipeline:
         engine = cpu(pipeline)
         gate = step_gate(engine)
-        prepared = pipeline.prepare(body(messages, warm=True, max_tokens=3))
+        prepared = ChatRun.prepare(pipeline, body(messages, warm=True, max_tokens=3))
         own_passes = -(-len(prepared.engine_request.prompt_token_ids) // 256) + 2
         gate.allow(own_passes)
-        await pipeline.complete(prepared)
+        await prepared.complete()
         await gate.until_entered(own_passes + 1)  # the warm-up's first chunk
         assert pipeline.speculative.pending == 1
         await pipeline.aclose()
@@ -207,7 +210,7 @@ async def test_aclose_cancels_a_warm_up_in_flight(tiny_model_dir: Path) -> None:
         await asyncio.to_thread(cancelled_in_engine, engine, record.request_id)
         warm_stats = engine.stats.request(record.request_id)
         # Closed: a hinted request schedules nothing more.
-        assert pipeline.prepare(body(messages, warm=True)).next_turn is None
+        assert ChatRun.prepare(pipeline, body(messages, warm=True)).prepared.next_turn is None
     assert pipeline.speculative.stats.cancelled == 1 and record.outcome == "cancelled"
     assert warm_stats.cancelled and warm_stats.forward_passes == 1
     assert pipeline.speculative.pending == 0
@@ -222,7 +225,7 @@ async def test_the_next_turn_arriving_mid_warm_up_takes_its_work_over(
         first = await turn(pipeline, messages, session_id="a")
         # Warm session b's next turn by hand: b cannot see session a's cache entries, so
         # the warm-up computes the whole prefix, 16 tokens per step.
-        conversation = pipeline.prepare(body(messages, warm=True)).next_turn
+        conversation = ChatRun.prepare(pipeline, body(messages, warm=True)).prepared.next_turn
         assert conversation is not None
         content = first["choices"][0]["message"]["content"]
         gate = step_gate(engine)
@@ -257,10 +260,10 @@ async def test_a_warm_up_is_bounded_in_time(tiny_model_dir: Path) -> None:
     async with pipeline_on(tiny_model_dir, **options) as pipeline:
         engine = cpu(pipeline)
         gate = step_gate(engine)
-        prepared = pipeline.prepare(body(messages, warm=True, max_tokens=2))
+        prepared = ChatRun.prepare(pipeline, body(messages, warm=True, max_tokens=2))
         own_passes = -(-len(prepared.engine_request.prompt_token_ids) // 256) + 1
         gate.allow(own_passes)
-        await pipeline.complete(prepared)
+        await prepared.complete()
         await gate.until_entered(own_passes + 1)  # held until the deadline passes
         await pipeline.speculative.idle()
         gate.open()

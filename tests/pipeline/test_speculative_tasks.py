@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from realtime.dialects.chat.run import ChatRun
 from realtime.engine.base import BACKGROUND_PRIORITY, EngineOutput, EngineRequest
 from realtime.engine.echo import EchoEngine
 from realtime.engine.errors import EngineUnavailable
@@ -73,8 +74,8 @@ async def answer(pipeline: ChatPipeline, text: str, session: str | None, warm: b
             "nvext": {"agent_hints": {"speculative_prefill": warm}},
         }
     )
-    prepared = pipeline.prepare(request, session_id=session)
-    return await pipeline.complete(prepared)
+    prepared = ChatRun.prepare(pipeline, request, session_id=session)
+    return await prepared.complete()
 
 
 async def settle() -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from realtime.chat.conversation import assistant_message
-from realtime.chat.tools.events import ParsedOutput, ParsedToolCall
+from typing import Any
+
+from realtime.protocol.output import ParsedOutput, ParsedToolCall
 from realtime.responses.conversation import chat_messages
 from realtime.responses.items import normalize_input
 
@@ -113,3 +114,20 @@ def test_reasoning_falls_back_to_its_summary() -> None:
     assert chat_messages(items, None) == [
         {"role": "assistant", "content": "a", "reasoning_content": "s1\ns2"}
     ]
+
+
+def assistant_message(output: ParsedOutput) -> dict[str, Any]:
+    """The chat message a client sends back for a parsed answer (content null when the
+    answer is only tool calls, reasoning as `reasoning_content`, arguments as JSON text)."""
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": output.content if output.content or not output.tool_calls else None,
+    }
+    if output.reasoning:
+        message["reasoning_content"] = output.reasoning
+    if output.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in output.tool_calls
+        ]
+    return message

@@ -11,6 +11,7 @@ import asyncio
 import json
 from typing import Any
 
+from realtime.dialects.chat.run import ChatRun
 from realtime.engine.echo import EchoEngine
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import EngineError
@@ -55,8 +56,8 @@ def run(core: SessionCore, service: ResponsesService, request_id: str) -> list[d
     pipeline = service.pipeline
 
     async def stream() -> list[dict[str, Any]]:
-        record.prepared = pipeline.prepare(record.request, stream=True, session_id="s")
-        return [f async for c in pipeline.stream(record.prepared) for f in
+        record.prepared = ChatRun.prepare(pipeline, record.request, stream=True, session_id="s")
+        return [f async for c in record.prepared.stream() for f in
                 core.dialect.render_chunk(record, c)]  # fmt: skip
 
     frames = asyncio.run(stream())

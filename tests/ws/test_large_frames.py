@@ -37,7 +37,7 @@ class HeldPrepare:
 
         def prepare(request: Any, **options: Any) -> Any:
             self.threads.append(threading.current_thread().name)
-            if len(request.messages[-1].content) >= OFF_LOOP_CHARS // 2:
+            if len(request.conversation[-1].parts[0]) >= OFF_LOOP_CHARS // 2:
                 self.entered.set()
                 if not self.release.wait(HOLD_SECONDS):
                     self.held_too_long = True

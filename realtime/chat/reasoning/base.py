@@ -13,7 +13,7 @@ import logging
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from realtime.chat.tools.events import OutputEvent, ParsedOutput, ReasoningEvent, fold_events
+from realtime.protocol.output import OutputEvent, ParsedOutput, ReasoningEvent, fold_events
 
 logger = logging.getLogger("realtime.chat.reasoning")
 

@@ -9,8 +9,8 @@ from realtime.chat.reasoning.deepseek_r1 import DeepSeekR1ReasoningParser
 from realtime.chat.reasoning.mistral import MistralReasoningParser
 from realtime.chat.reasoning.qwen3 import Qwen3ReasoningParser
 from realtime.chat.reasoning.tags import TagReasoningParser
-from realtime.chat.tools.events import ParsedOutput
 from realtime.chat.tools.registry import UnknownParserError
+from realtime.protocol.output import ParsedOutput
 
 _PARSERS: dict[str, type[TagReasoningParser]] = {
     cls.name: cls

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from realtime.chat.reasoning.base import ReasoningParser
-from realtime.chat.tools.events import ContentDelta, ReasoningDelta, ReasoningEvent, merge_adjacent
+from realtime.protocol.output import ContentDelta, ReasoningDelta, ReasoningEvent, merge_adjacent
 
 _LEAD, _OPENING, _THINK_LEAD, _THINK, _CONTENT_LEAD, _CONTENT = range(6)
 

@@ -5,16 +5,6 @@ then tools, then the request's tool policy); import it from there.
 """
 
 from realtime.chat.tools.base import ToolParser, ToolSpec, tool_specs
-from realtime.chat.tools.events import (
-    ContentDelta,
-    OutputEvent,
-    ParsedOutput,
-    ParsedToolCall,
-    ReasoningDelta,
-    ToolCallArguments,
-    ToolCallStart,
-    fold_events,
-)
 from realtime.chat.tools.registry import (
     UnknownParserError,
     create_tool_parser,
@@ -24,6 +14,16 @@ from realtime.chat.tools.registry import (
     tool_parser_class,
     tool_parser_names,
     validate_tool_parser_name,
+)
+from realtime.protocol.output import (
+    ContentDelta,
+    OutputEvent,
+    ParsedOutput,
+    ParsedToolCall,
+    ReasoningDelta,
+    ToolCallArguments,
+    ToolCallStart,
+    fold_events,
 )
 
 __all__ = [

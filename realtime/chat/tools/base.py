@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from realtime.chat.tools.events import (
+from realtime.protocol.output import (
     ContentDelta,
     OutputEvent,
     ParsedOutput,

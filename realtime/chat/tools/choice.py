@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from realtime.chat.tools.base import ToolSpec
+from realtime.protocol.conversation import NamedFunction
 
 Mode = Literal["none", "auto", "required", "function"]
 
@@ -53,9 +54,12 @@ AUTO = ToolChoice()
 
 
 def normalize_tool_choice(value: Any) -> ToolChoice:
-    """A ToolChoice from the request's field: None, a string, a dict or a pydantic model."""
+    """A ToolChoice from the request's field: None, a string, a `NamedFunction`, a dict or a
+    pydantic model."""
     if value is None:
         return AUTO
+    if isinstance(value, NamedFunction):
+        return ToolChoice("function", value.name)
     if hasattr(value, "model_dump"):
         value = value.model_dump()
     if isinstance(value, str):

@@ -26,14 +26,14 @@ from realtime.chat.tools.choice import (
     tool_choice_violation,
     tools_for_choice,
 )
-from realtime.chat.tools.events import (
+from realtime.chat.tools.registry import create_tool_parser
+from realtime.protocol.output import (
     ContentDelta,
     OutputEvent,
     ToolCallArguments,
     ToolCallStart,
     merge_adjacent,
 )
-from realtime.chat.tools.registry import create_tool_parser
 
 logger = logging.getLogger("realtime.chat.tools")
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from realtime.chat.tools.base import ToolParser, ToolSpec, tool_specs
 from realtime.chat.tools.deepseek_v3 import DeepSeekV3ToolParser
-from realtime.chat.tools.events import ParsedOutput
 from realtime.chat.tools.hermes import HermesToolParser
 from realtime.chat.tools.json_only import JsonToolParser
 from realtime.chat.tools.llama3_json import Llama3JsonToolParser
@@ -20,6 +19,7 @@ from realtime.chat.tools.mistral import MistralToolParser
 from realtime.chat.tools.passthrough import PassthroughToolParser
 from realtime.chat.tools.pythonic import PythonicToolParser
 from realtime.chat.tools.qwen3_coder import Qwen3CoderToolParser
+from realtime.protocol.output import ParsedOutput
 
 _PARSERS: dict[str, type[ToolParser]] = {
     cls.name: cls

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from realtime.chat.tools.base import ToolParser, ToolSpec, tool_specs
-from realtime.chat.tools.events import (
+from realtime.chat.tools.registry import tool_parser_class
+from realtime.protocol.output import (
     ContentDelta,
     OutputEvent,
     ParsedOutput,
@@ -20,7 +21,6 @@ from realtime.chat.tools.events import (
     ToolCallStart,
     fold_events,
 )
-from realtime.chat.tools.registry import tool_parser_class
 
 Calls = list[tuple[str, Any]]
 

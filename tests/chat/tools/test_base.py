@@ -7,8 +7,8 @@ from enum import IntEnum
 import pytest
 
 from realtime.chat.tools.base import Step, ToolParser, ToolSpec, tool_specs
-from realtime.chat.tools.events import ContentDelta, ToolCallArguments, ToolCallStart
 from realtime.chat.tools.registry import tool_parser_class, tool_parser_names
+from realtime.protocol.output import ContentDelta, ToolCallArguments, ToolCallStart
 
 
 @pytest.mark.parametrize("name", tool_parser_names())

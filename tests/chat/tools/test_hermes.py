@@ -96,8 +96,8 @@ def test_arguments_are_the_model_text_verbatim() -> None:
 
 
 def test_arguments_stream_before_the_object_closes() -> None:
-    from realtime.chat.tools.events import ToolCallArguments, ToolCallStart
     from realtime.chat.tools.hermes import HermesToolParser
+    from realtime.protocol.output import ToolCallArguments, ToolCallStart
 
     parser = HermesToolParser(WEATHER)
     first = parser.feed('<tool_call>{"name": "get_weather", "arguments": {"location": "Par')

@@ -12,14 +12,6 @@ from collections.abc import Sequence
 import pytest
 
 from realtime.chat.tools.base import ToolOutput
-from realtime.chat.tools.events import (
-    ContentDelta,
-    OutputEvent,
-    ParsedOutput,
-    ToolCallArguments,
-    ToolCallStart,
-    fold_events,
-)
 from realtime.chat.tools.json_call_reader import (
     DONE,
     FAILED,
@@ -27,6 +19,14 @@ from realtime.chat.tools.json_call_reader import (
     CallObjectScanner,
     JsonCallReader,
     ReadStatus,
+)
+from realtime.protocol.output import (
+    ContentDelta,
+    OutputEvent,
+    ParsedOutput,
+    ToolCallArguments,
+    ToolCallStart,
+    fold_events,
 )
 from tests.chat.tools.harness import splits
 

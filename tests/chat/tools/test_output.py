@@ -9,9 +9,9 @@ import pytest
 
 from realtime.chat.aggregate import ChunkAggregator
 from realtime.chat.delta import DeltaGenerator
-from realtime.chat.tools.events import OutputEvent, fold_events
 from realtime.chat.tools.output import ChatOutputParser, build_output_parser
 from realtime.model.generation import FinishReason
+from realtime.protocol.output import OutputEvent, fold_events
 from realtime.protocol.response import ChatCompletion, ChatCompletionChunk
 from tests.chat.tools.harness import splits
 

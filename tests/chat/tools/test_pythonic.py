@@ -69,7 +69,7 @@ def test_arguments_are_json_dumps_of_the_literals() -> None:
 
 
 def test_each_argument_streams_when_complete() -> None:
-    from realtime.chat.tools.events import ToolCallArguments, ToolCallStart
+    from realtime.protocol.output import ToolCallArguments, ToolCallStart
 
     parser = PythonicToolParser(TOOLS)
     events = parser.feed("[get_weather(city='Oslo', da")

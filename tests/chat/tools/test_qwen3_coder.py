@@ -100,8 +100,8 @@ def test_cases(text: str, content: str, calls: Calls) -> None:
 
 
 def test_parameters_stream_one_by_one() -> None:
-    from realtime.chat.tools.events import ToolCallArguments, ToolCallStart
     from realtime.chat.tools.qwen3_coder import Qwen3CoderToolParser
+    from realtime.protocol.output import ToolCallArguments, ToolCallStart
 
     parser = Qwen3CoderToolParser(TOOLS)
     events = parser.feed("<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</param")

@@ -1,10 +1,14 @@
-"""The typed events every output parser emits, and the fold that turns them into a message.
+"""What the model produced, typed: the events every output parser emits, and their fold.
 
-Parsers never build chunks: they report *what* the model produced (visible text,
-reasoning, the start of a tool call, a piece of its arguments) and
-`DeltaGenerator.event_chunks` decides how that looks on the wire. Folding the
-events gives the complete (non-streaming) result, so tests can prove that any
-split of the text yields exactly the complete parse.
+The output parsers report *what* the model produced (visible text, reasoning, the
+start of a tool call, a piece of its arguments) as `OutputEvent`s; the pipeline
+hands them to every API inside its steps (`realtime.pipeline.events`), and each
+API's dialect renders them in its own wire shapes: chat chunks
+(`DeltaGenerator.event_chunks`), Responses and Realtime events, Anthropic's
+content blocks. Nothing is rendered as one API's JSON and parsed back by another.
+
+Folding the events gives the complete (non-streaming) result, so tests can prove
+that any split of the text yields exactly the complete parse.
 """
 
 from __future__ import annotations
