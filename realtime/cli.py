@@ -170,7 +170,8 @@ def serve(config: ServerConfig) -> int:
             engine_process.start_sync()
         address = engine_process.address if engine_process is not None else None
         engine = engine_from_config(config, engine_address=address)
-        app = build_app(config, engine)
+        # Several front ends build their own apps; this process only supervises them.
+        app = build_app(config, engine) if config.api_servers == 1 else None
     except (ValueError, ImportError, EngineStartError) as exc:
         for sock in sockets:
             sock.close()
@@ -192,6 +193,7 @@ def serve(config: ServerConfig) -> int:
         from realtime.front_ends import serve_front_ends
 
         return serve_front_ends(config, sockets, engine_process, announce)
+    assert app is not None
     server = RealtimeServer(
         uvicorn_config(config, app), app, config.shutdown_grace_seconds, on_listening=announce
     )

@@ -229,6 +229,10 @@ class EngineProxy:
         """A copy of the engine's attribute at `path` ("stats", "core.stats", ...)."""
         return self._control_call((wire.QUERY, path))
 
+    async def aquery(self, path: str) -> Any:
+        """`query` without blocking the event loop (for a scrape, say)."""
+        return await asyncio.to_thread(self.query, path)
+
     def call(self, function: str) -> Any:
         """Run `package.module:function` in the engine process; its result (test probes)."""
         return self._control_call((wire.CALL, function))
