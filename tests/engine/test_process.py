@@ -118,6 +118,24 @@ def test_a_request_the_engine_refuses_is_its_own_error(cpu_process: EngineProces
     asyncio.run(run())
 
 
+def test_engine_state_is_read_across_the_boundary(cpu_process: EngineProcess) -> None:
+    async def run() -> None:
+        proxy = attach(cpu_process)
+        await proxy.start()
+        try:
+            assert proxy.query("backend.has_work()") is False  # a method's result
+            assert proxy.query("options.max_batch_size") == 32
+            assert (await proxy.aquery("stats")).batching is True
+            with pytest.raises(LookupError, match="private"):
+                proxy.query("_core")
+            with pytest.raises(LookupError, match="AttributeError"):
+                proxy.query("no_such_thing")
+        finally:
+            await proxy.close()
+
+    asyncio.run(run())
+
+
 def test_when_the_engine_process_dies_requests_fail_retryably(tiny_model_dir: Path) -> None:
     async def run() -> None:
         proxy = EngineProxy(cpu_spec(tiny_model_dir))

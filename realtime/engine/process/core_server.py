@@ -436,7 +436,8 @@ def _same_user(sock: socket.socket) -> bool:
 
 
 def _attribute(server: EngineCoreServer, engine: Any, path: str) -> object:
-    """A dotted attribute of the engine ("stats", "backend.prefixes.entries"); "core.stats"
+    """A dotted attribute of the engine ("stats", "backend.prefixes.entries"), where a
+    part ending in "()" is a method called without arguments; "core.stats"
     is this loop's counters (the engine's own thread core does not run here)."""
     if path == "core.stats":
         return server.stats
@@ -444,9 +445,13 @@ def _attribute(server: EngineCoreServer, engine: Any, path: str) -> object:
         return server.handshake
     target = engine
     for part in path.split("."):
-        if part.startswith("_"):
-            raise AttributeError(f"{part!r} is private")
-        target = getattr(target, part)
+        call = part.endswith("()")
+        name = part[:-2] if call else part
+        if name.startswith("_"):
+            raise AttributeError(f"{name!r} is private")
+        target = getattr(target, name)
+        if call:  # "snapshot()": a method's result, for state worth computing once
+            target = target()
     return target
 
 

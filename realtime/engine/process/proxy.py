@@ -226,7 +226,8 @@ class EngineProxy:
     # --- engine state, from any thread ---
 
     def query(self, path: str) -> Any:
-        """A copy of the engine's attribute at `path` ("stats", "core.stats", ...)."""
+        """A copy of the engine's attribute at `path` ("stats", "core.stats", ...); a part
+        ending in "()" calls that method (a snapshot method of the engine, say)."""
         return self._control_call((wire.QUERY, path))
 
     async def aquery(self, path: str) -> Any:
