@@ -99,6 +99,12 @@ def test_a_served_engine_process_answers_and_stops_with_the_server(tiny_model_di
     answer = httpx.post(server.http_url + "/v1/chat/completions", json=body, timeout=60).json()
     assert answer["usage"]["completion_tokens"] == 5
     assert httpx.get(server.http_url + "/ready").json()["engine_ready"] is True
+    # Ctrl-C and a closing terminal signal the whole group: the engine leaves them to
+    # the server, which drains before it stops the engine.
+    os.kill(engine, signal.SIGINT)
+    os.kill(engine, signal.SIGHUP)
+    again = httpx.post(server.http_url + "/v1/chat/completions", json=body, timeout=60)
+    assert again.json()["usage"]["completion_tokens"] == 5
     assert server.stop() == 0
     wait_until(lambda: not os.path.exists(f"/proc/{engine}"), timeout=15)
 

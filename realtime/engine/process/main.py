@@ -4,7 +4,8 @@ Started by `launcher.EngineProcess`. It builds the engine named in the spec,
 loads the model on its main thread, listens on the Unix socket, and writes one
 JSON line to stdout: what the front ends need to know about the engine (`Handshake`),
 or `{"error": ...}` when it could not start. Then it serves until its parent goes
-(stdin closes), SIGTERM, or SIGINT. Logs go to stderr, which it shares with the
+(stdin closes) or SIGTERM; SIGINT and SIGHUP, which a terminal sends to the whole
+process group, are the server's to act on. Logs go to stderr, which it shares with the
 server.
 
 `REALTIME_ENGINE_PRELOAD` (comma-separated `package.module:function`s) adds preload
@@ -149,7 +150,11 @@ def run(spec_json: str, path: str) -> int:
     server.handshake = asdict(handshake)
     tune_gc()
     signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    # Ctrl-C and a closing terminal signal the whole process group: the server drains
+    # first and then stops this process (or its stdin closes); stopping now would fail
+    # the very requests the server is letting finish.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     _write({"ready": asdict(handshake)})
     log.info("engine process %d: serving %s", os.getpid(), handshake.engine_class)
     try:

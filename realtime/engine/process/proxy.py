@@ -193,9 +193,10 @@ class EngineProxy:
         assert self._loop is not None and self.handshake is not None
         loop = self._loop
         job_id = next(self._ids)
+        message = wire.frame((wire.ADD, job_id, wire.encode_request(request)))
         channel = OutputChannel(self.handshake.output_limit, merge=self.handshake.merge_backlog)
         self._jobs[job_id] = channel
-        self._send(wire.frame((wire.ADD, job_id, wire.encode_request(request))))
+        self._send(message)
         finished = False
         try:
             while True:
