@@ -69,7 +69,7 @@ class Params:
     @classmethod
     def for_mode(cls, quick: bool) -> Params:
         if quick:
-            return cls(concurrency=(1, 2), tokens=16, rounds=1)
+            return cls(concurrency=(1, 2), tokens=16, rounds=1, one_process=False)
         return cls(concurrency=(1, 4, 8, 16), tokens=128, rounds=4)
 
 
