@@ -167,11 +167,13 @@ def serve(config: ServerConfig) -> int:
         spec = engine_process_spec(config)
         if spec is not None:
             engine_process = EngineProcess(spec)
-            engine_process.start_sync()
+            engine_process.spawn()  # it loads the model while this process builds the app
         address = engine_process.address if engine_process is not None else None
         engine = engine_from_config(config, engine_address=address)
         # Several front ends build their own apps; this process only supervises them.
         app = build_app(config, engine) if config.api_servers == 1 else None
+        if engine_process is not None:
+            engine_process.wait_ready()
     except (ValueError, ImportError, EngineStartError) as exc:
         for sock in sockets:
             sock.close()

@@ -55,6 +55,12 @@ class EngineProcess:
 
     def start_sync(self) -> Handshake:
         """Spawn the child and wait (blocking) until it has loaded the model."""
+        self.spawn()
+        return self.wait_ready()
+
+    def spawn(self) -> None:
+        """Start the child without waiting: it imports and loads while the caller builds
+        the rest of the server (`wait_ready` then waits for its handshake)."""
         self._dir = tempfile.mkdtemp(prefix="realtime-engine-")
         os.chmod(self._dir, 0o700)
         self._proc = subprocess.Popen(
@@ -69,7 +75,10 @@ class EngineProcess:
             stdout=subprocess.PIPE,
             text=True,
         )
-        assert self._proc.stdout is not None
+
+    def wait_ready(self) -> Handshake:
+        """Wait (blocking) for the spawned child's handshake; EngineStartError if it failed."""
+        assert self._proc is not None and self._proc.stdout is not None
         line = self._proc.stdout.readline()
         try:
             answer = json.loads(line) if line else {}
