@@ -63,7 +63,7 @@ class Connection:
 
 
 @dataclass(eq=False)
-class Job:
+class EngineJob:
     connection: Connection
     front_id: int
     request_id: str
@@ -102,9 +102,9 @@ class EngineCoreServer:
         self._parent_fd = parent_fd
         self._ids = itertools.count(1)
         #: the engine's job ids -> their jobs, for every job the backend holds
-        self._active: dict[int, Job] = {}
+        self._active: dict[int, EngineJob] = {}
         #: jobs waiting for their grammar to compile
-        self._compiling: dict[int, tuple[Job, EngineRequest, Future[CompiledConstraint]]] = {}
+        self._compiling: dict[int, tuple[EngineJob, EngineRequest, Future[CompiledConstraint]]] = {}
         self._compiler: ConstraintCompiler | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._connections: set[Connection] = set()
@@ -241,7 +241,7 @@ class EngineCoreServer:
 
     def _add(self, conn: Connection, front_id: int, values: tuple[Any, ...]) -> None:
         request, spec = wire.decode_request(values)
-        job = Job(conn, front_id, request.request_id)
+        job = EngineJob(conn, front_id, request.request_id)
         check = getattr(self._engine, "check_request", None)
         try:
             if callable(check):
@@ -264,7 +264,7 @@ class EngineCoreServer:
         conn.jobs[front_id] = job_id
         self._start(job_id, job, request)
 
-    def _start(self, job_id: int, job: Job, request: EngineRequest) -> None:
+    def _start(self, job_id: int, job: EngineJob, request: EngineRequest) -> None:
         try:
             self._backend.add(job_id, request)
         except ValueError as exc:
@@ -362,7 +362,7 @@ class EngineCoreServer:
         for conn, batch in batches.items():
             self._send(conn, wire.frame((wire.OUTPUTS, batch)))
 
-    def _fail(self, job: Job, error: GenerationError) -> None:
+    def _fail(self, job: EngineJob, error: GenerationError) -> None:
         self._send(
             job.connection, wire.frame((wire.FAILED, job.front_id, wire.encode_error(error)))
         )
