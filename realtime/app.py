@@ -274,7 +274,8 @@ def build_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await engine.start()
-        log.info("serving model %r on engine %s", engine.info.name, type(engine).__name__)
+        label = getattr(engine, "label", type(engine).__name__)  # a proxy names what it runs
+        log.info("serving model %r on engine %s", engine.info.name, label)
         try:
             yield
         finally:

@@ -149,6 +149,13 @@ class EngineProxy:
         return None if self.handshake is None else self.handshake.pid
 
     @property
+    def label(self) -> str:
+        """What the startup log calls this engine: the class the engine process runs."""
+        if self.handshake is None:
+            return type(self).__name__
+        return f"{self.handshake.engine_class} in an engine process"
+
+    @property
     def address(self) -> str:
         if self._address is not None:
             return self._address
