@@ -16,6 +16,7 @@ from realtime.asgi.access import OPEN_PATHS, AccessGuard
 from realtime.asgi.auth import ApiKeys, OriginPolicy
 from realtime.asgi.lifecycle import Lifecycle
 from realtime.asgi.lifespan_errors import OneLineLifespanErrors
+from realtime.asgi.responses import anthropic_error_response
 from realtime.config import ServerConfig, constraint_limits, input_limits
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
@@ -23,6 +24,7 @@ from realtime.engine.registry import build_engine, resolve_engine
 from realtime.http.chat_completions import chat_completions
 from realtime.http.completions import completions
 from realtime.http.errors import handle_http_exception, handle_realtime_error, openai_errors
+from realtime.http.messages import anthropic_errors, count_message_tokens, create_message
 from realtime.http.metrics import metrics as metrics_route
 from realtime.http.models import get_model, health, list_models, ready
 from realtime.http.observe import HttpObserver
@@ -88,6 +90,10 @@ def routes() -> list[BaseRoute]:
         ),
         Route(
             "/v1/responses/{response_id}/cancel", openai_errors(cancel_response), methods=["POST"]
+        ),
+        Route("/v1/messages", anthropic_errors(create_message), methods=["POST"]),
+        Route(
+            "/v1/messages/count_tokens", anthropic_errors(count_message_tokens), methods=["POST"]
         ),
         Route("/v1/models", openai_errors(list_models), methods=["GET"]),
         Route("/tokenize", openai_errors(tokenize_route), methods=["POST"]),
@@ -156,6 +162,7 @@ def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
                 origins=OriginPolicy(config.allowed_origins),
                 metrics=metrics,
                 open_paths=open_paths,
+                error_bodies={"/v1/messages": anthropic_error_response},
             ),
         ],
         exception_handlers={

@@ -15,16 +15,18 @@ added to it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from realtime.asgi.auth import (
     ApiKeys,
     OriginPolicy,
-    bearer_token,
     header,
+    presented_key,
     subprotocol_key,
 )
 from realtime.asgi.responses import error_response
@@ -63,8 +65,12 @@ class AccessGuard:
         origins: OriginPolicy,
         metrics: Metrics | None,
         open_paths: set[str] | None = None,
+        error_bodies: Mapping[str, Callable[[RealtimeError], Response]] | None = None,
     ):
+        """`error_bodies`: path prefix -> the error response of the API served there
+        (the Messages API's routes refuse in Anthropic's body); else OpenAI's."""
         self.app = app
+        self.error_bodies = dict(error_bodies or {})
         self.keys = keys
         self.origins = origins
         self.metrics = metrics
@@ -95,7 +101,13 @@ class AccessGuard:
                 self.metrics.ws_handshakes.labels(error.code or "refused").inc()
             await deny_websocket(scope, receive, send, error)
         else:
-            await refusal(error)(scope, receive, send)
+            await refusal(error, self._render(route_path(scope)))(scope, receive, send)
+
+    def _render(self, path: str) -> Callable[[RealtimeError], Response]:
+        for prefix, render in self.error_bodies.items():
+            if path == prefix or path.startswith(prefix + "/"):
+                return render
+        return error_response
 
     def check(self, scope: Scope) -> RealtimeError | None:
         headers = scope["headers"]
@@ -115,7 +127,7 @@ class AccessGuard:
             )
         if not self.keys.enabled:
             return None
-        presented = bearer_token(headers)
+        presented = presented_key(headers)
         if presented is None and scope["type"] == "websocket":
             presented = subprotocol_key(scope.get("subprotocols", ()))
         if presented is None:
@@ -129,8 +141,10 @@ class AccessGuard:
         return None
 
 
-def refusal(error: RealtimeError) -> Any:
-    response = error_response(error)
+def refusal(
+    error: RealtimeError, render: Callable[[RealtimeError], Response] = error_response
+) -> Any:
+    response = render(error)
     if error.status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="realtime"'
     if error.retryable and error.status == 503:

@@ -2,7 +2,8 @@
 
 `error_response` is the one HTTP form of a `RealtimeError`: the OpenAI error body
 with the error's status. Routes answer with it, and so does a refused WebSocket
-handshake, before any socket exists.
+handshake, before any socket exists. The Messages API's routes answer with
+`anthropic_error_response` instead: the same error in Anthropic's body.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 import orjson
 from starlette.responses import JSONResponse, Response
 
+from realtime.dialects.messages.errors import error_body as anthropic_error_body
 from realtime.protocol.errors import RealtimeError
 
 
@@ -21,9 +23,19 @@ class ORJSONResponse(JSONResponse):
 
 
 def error_response(error: RealtimeError) -> Response:
-    headers = None
+    return ORJSONResponse(error.to_body(), status_code=error.status, headers=_headers(error))
+
+
+def anthropic_error_response(error: RealtimeError) -> Response:
+    """The same error in the Messages API's body (`{"type": "error", "error": {...}}`)."""
+    return ORJSONResponse(
+        anthropic_error_body(error), status_code=error.status, headers=_headers(error)
+    )
+
+
+def _headers(error: RealtimeError) -> dict[str, str] | None:
     if error.status >= 500 and not error.retryable:
-        # The openai SDK retries 5xx twice by default; a failure that will recur
-        # would run the engine three times for nothing.
-        headers = {"x-should-retry": "false"}
-    return ORJSONResponse(error.to_body(), status_code=error.status, headers=headers)
+        # The SDKs retry 5xx twice by default; a failure that will recur would run the
+        # engine three times for nothing.
+        return {"x-should-retry": "false"}
+    return None
