@@ -32,6 +32,7 @@ SCENARIOS = (
     "hostile",
     "soak",
     "agent_loop",
+    "agent_messages",
 )
 STATUSES = {"pass", "miss", "n/a"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
