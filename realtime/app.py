@@ -18,6 +18,7 @@ from realtime.asgi.lifecycle import Lifecycle
 from realtime.asgi.lifespan_errors import OneLineLifespanErrors
 from realtime.asgi.responses import anthropic_error_response
 from realtime.config import ServerConfig, constraint_limits, input_limits
+from realtime.config.values import store_url_refusal
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
 from realtime.engine.registry import build_engine, resolve_engine
@@ -114,6 +115,9 @@ def response_store(config: ServerConfig) -> ResponseStore:
     if config.response_store_dir is None:
         log.info("stored responses are kept in memory (lost on restart; see --response-store)")
         return MemoryResponseStore(max_age_seconds=age, max_bytes=size)
+    refusal = store_url_refusal(config.response_store_dir)
+    if refusal is not None:  # the command line refuses it first; this is for embedders
+        raise ValueError(f"response store: {refusal}")
     return SQLiteResponseStore(config.response_store_dir, max_age_seconds=age, max_bytes=size)
 
 

@@ -83,6 +83,7 @@ class RealtimeEventDialect:
                 size=self.session.conversation.chars,
                 context=action,
                 label=reply.label,
+                response_id=action.renderer.id,
             )
         if isinstance(action, CancelResponse):
             return Cancel(action.response_id, label=reply.label)

@@ -38,6 +38,9 @@ class Submit:
     size: int = 0
     context: Any = None
     label: str = "request"
+    #: The id the client is shown for the answer when the dialect names it (`resp_...`);
+    #: None: the chat completion's own (`chatcmpl-...`). The `request.end` log line's `id`.
+    response_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

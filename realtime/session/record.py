@@ -23,6 +23,8 @@ class RequestRecord:
     received_at: float
     #: The dialect's own per-request state (`Submit.context`).
     context: Any = None
+    #: `Submit.response_id`: the answer's id as the client sees it, when not the chat id.
+    response_id: str | None = None
     #: Its `RequestState` (the `REQUEST` table), driven by the core alone.
     state: str = RequestState.NEW.value
     #: Has a concurrency slot (dispatched).

@@ -164,7 +164,8 @@ class ResponsesDialect:
         if history:  # a long conversation is prepared off the event loop (`prepare_chat`)
             size += len(orjson.dumps(history))
         turn = _Turn(stream_id, event, plan.events, plan.generate)
-        return Submit(None, plan.chat, None, lane, size, turn, label="response.create")
+        response_id = plan.events.response["id"]  # what the client sees: the log line's id
+        return Submit(None, plan.chat, None, lane, size, turn, "response.create", response_id)
 
     # --- server frames ---
 

@@ -99,7 +99,7 @@ def record_ended(metrics: Metrics, conn_id: str, ended: RequestEnded) -> None:
         transport=TRANSPORT,
         conn_id=conn_id,
         request_id=request.id,
-        id=prepared.delta.id if prepared is not None else None,
+        id=request.response_id or (prepared.delta.id if prepared is not None else None),
         status=status,
         cause=ended.cause if status == "cancelled" else None,
         error_code=error.code if error is not None else None,
