@@ -16,7 +16,6 @@ from realtime.asgi.access import OPEN_PATHS, AccessGuard
 from realtime.asgi.auth import ApiKeys, OriginPolicy
 from realtime.asgi.lifecycle import Lifecycle
 from realtime.asgi.lifespan_errors import OneLineLifespanErrors
-from realtime.asgi.responses import anthropic_error_response
 from realtime.config import ServerConfig, constraint_limits, input_limits
 from realtime.config.values import store_url_refusal
 from realtime.engine.auto import choose_engine
@@ -166,7 +165,6 @@ def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
                 origins=OriginPolicy(config.allowed_origins),
                 metrics=metrics,
                 open_paths=open_paths,
-                error_bodies={"/v1/messages": anthropic_error_response},
             ),
         ],
         exception_handlers={

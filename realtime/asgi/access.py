@@ -15,10 +15,8 @@ added to it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
 from typing import Any
 
-from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
@@ -29,7 +27,7 @@ from realtime.asgi.auth import (
     presented_key,
     subprotocol_key,
 )
-from realtime.asgi.responses import error_response
+from realtime.asgi.responses import ErrorRenderer, error_response, error_response_for
 from realtime.observability.logs import event
 from realtime.observability.metrics import Metrics
 from realtime.protocol.credentials import has_query_credentials
@@ -65,12 +63,8 @@ class AccessGuard:
         origins: OriginPolicy,
         metrics: Metrics | None,
         open_paths: set[str] | None = None,
-        error_bodies: Mapping[str, Callable[[RealtimeError], Response]] | None = None,
     ):
-        """`error_bodies`: path prefix -> the error response of the API served there
-        (the Messages API's routes refuse in Anthropic's body); else OpenAI's."""
         self.app = app
-        self.error_bodies = dict(error_bodies or {})
         self.keys = keys
         self.origins = origins
         self.metrics = metrics
@@ -101,13 +95,8 @@ class AccessGuard:
                 self.metrics.ws_handshakes.labels(error.code or "refused").inc()
             await deny_websocket(scope, receive, send, error)
         else:
-            await refusal(error, self._render(route_path(scope)))(scope, receive, send)
-
-    def _render(self, path: str) -> Callable[[RealtimeError], Response]:
-        for prefix, render in self.error_bodies.items():
-            if path == prefix or path.startswith(prefix + "/"):
-                return render
-        return error_response
+            render = error_response_for(route_path(scope))
+            await refusal(error, render)(scope, receive, send)
 
     def check(self, scope: Scope) -> RealtimeError | None:
         headers = scope["headers"]
@@ -141,9 +130,7 @@ class AccessGuard:
         return None
 
 
-def refusal(
-    error: RealtimeError, render: Callable[[RealtimeError], Response] = error_response
-) -> Any:
+def refusal(error: RealtimeError, render: ErrorRenderer = error_response) -> Any:
     response = render(error)
     if error.status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="realtime"'

@@ -8,6 +8,7 @@ handshake, before any socket exists. The Messages API's routes answer with
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -39,3 +40,36 @@ def _headers(error: RealtimeError) -> dict[str, str] | None:
         # engine three times for nothing.
         return {"x-should-retry": "false"}
     return None
+
+
+ErrorRenderer = Callable[[RealtimeError], Response]
+ErrorBody = Callable[[RealtimeError], dict[str, Any]]
+
+
+def _openai_body(error: RealtimeError) -> dict[str, Any]:
+    return error.to_body()
+
+
+#: Path prefix -> the error body of the API served there; every other path answers with
+#: OpenAI's. Read by what answers before a route runs (the access guard, the body limit,
+#: the HTTP protocol's request limits), so a Messages client gets Anthropic's body there
+#: too.
+ERROR_BODIES: dict[str, ErrorBody] = {"/v1/messages": anthropic_error_body}
+
+
+def error_body_for(path: str) -> ErrorBody:
+    """The error body of the API at `path` (the app's own path, without a query)."""
+    for prefix, body in ERROR_BODIES.items():
+        if path == prefix or path.startswith((prefix + "/", prefix + "?")):
+            return body
+    return _openai_body
+
+
+def error_response_for(path: str) -> ErrorRenderer:
+    """The error response of the API at `path`."""
+    body = error_body_for(path)
+    if body is _openai_body:
+        return error_response
+    return lambda error: ORJSONResponse(
+        body(error), status_code=error.status, headers=_headers(error)
+    )

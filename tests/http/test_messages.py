@@ -346,3 +346,21 @@ def test_a_late_failure_is_an_error_event(server: RunningServer) -> None:
     data = json.loads(data_line.removeprefix("data: "))
     assert data["type"] == "error" and data["error"]["type"] == "api_error"
     assert "Traceback" not in response.text
+
+
+def test_refusals_before_any_route_are_in_anthropics_shape_too(server: RunningServer) -> None:
+    """The access guard (no key) and the body limit answer before the route runs."""
+    url = server.http_url + "/v1/messages"
+    with httpx.Client() as http:
+        no_key = http.post(url, json={"model": MODEL})
+        too_big = http.post(url, content=b"x" * (9 * 1024 * 1024), headers={"x-api-key": KEY})
+        elsewhere = http.post(server.http_url + "/v1/chat/completions", json={})
+    assert no_key.status_code == 401
+    assert no_key.json()["error"]["type"] == "authentication_error"
+    assert too_big.status_code == 413
+    assert too_big.json() == {
+        "type": "error",
+        "error": {"type": "request_too_large", "message": too_big.json()["error"]["message"]},
+    }
+    # the other APIs keep OpenAI's body
+    assert elsewhere.json()["error"]["code"] == "missing_api_key"
