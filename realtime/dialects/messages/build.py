@@ -116,7 +116,12 @@ def parse_messages_request(
     """Validate a decoded `POST /v1/messages` body; every failure is one specific 400."""
     request = _validate(MessagesRequest, data)
     assert isinstance(request, MessagesRequest)
-    check_stop_strings(request.stop_sequences or [], limits, "stop_sequences")
+    stops = request.stop_sequences or []
+    if any(not stop for stop in stops):
+        raise InvalidRequestError(
+            "stop_sequences: a stop sequence must not be empty", param="stop_sequences"
+        )
+    check_stop_strings(stops, limits, "stop_sequences")
     return request
 
 

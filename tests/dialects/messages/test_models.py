@@ -74,6 +74,7 @@ def test_an_unknown_field_is_refused_by_name() -> None:
         ({"thinking": {"type": "enabled", "budget_tokens": 0}}, "thinking.budget_tokens"),
         ({"temperature": 1.5}, "temperature"),
         ({"stop_sequences": ["x"] * 65}, "stop_sequences"),
+        ({"stop_sequences": ["ok", ""]}, "stop_sequences"),
     ],
 )
 def test_a_bad_field_is_named(body: dict[str, object], param: str) -> None:
