@@ -13,6 +13,7 @@ prefix at once, which shows what leaving it out buys.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,7 @@ def claude_code_request(session: str, version: str, question: str) -> dict[str, 
 
 def start(model_dir: Path, **config: Any) -> RunningServer:
     engine = CpuEngine(model_dir, model_name=MODEL, cache_scope="salt")
-    settings = ServerConfig(log_level="warning", api_keys=KEYS, **config)
+    settings = ServerConfig(log_level="warning", api_keys=KEYS, tool_parser="llama3_json", **config)
     return start_server(settings, engine)  # type: ignore[arg-type]
 
 
@@ -146,3 +147,43 @@ def test_keeping_the_billing_line_ends_the_shared_prefix(model_dir: Path) -> Non
     finally:
         running.stop()
     assert (second.cache_read_input_tokens or 0) < 50
+
+
+def test_tool_choice_and_output_format_are_enforced_by_the_grammar(server: RunningServer) -> None:
+    """A random-weight model obeys them only because every token is masked."""
+    ask: Any = [{"role": "user", "content": "Look at the files."}]
+    short = {"type": "object", "properties": {"path": {"type": "string", "maxLength": 8}}}
+    tools: Any = [
+        {
+            "name": "Read",
+            "description": "Read a file.",
+            "input_schema": {**short, "required": ["path"]},
+        },
+        {"name": "Bash", "description": "Run a command.", "input_schema": short},
+    ]
+    with anthropic.Anthropic(base_url=server.http_url, api_key=KEYS[0], max_retries=0) as client:
+        called = client.messages.create(
+            model=MODEL,
+            max_tokens=200,
+            tools=tools,
+            tool_choice={"type": "tool", "name": "Read"},
+            messages=ask,
+        )
+        schema = {
+            "type": "object",
+            "properties": {"answer": {"type": "string", "maxLength": 20}},
+            "required": ["answer"],
+            "additionalProperties": False,
+        }
+        shaped = client.messages.create(
+            model=MODEL,
+            max_tokens=200,
+            output_config={"format": {"type": "json_schema", "schema": schema}},
+            messages=ask,
+        )
+    assert called.stop_reason == "tool_use", called
+    [call] = [block for block in called.content if block.type == "tool_use"]
+    assert call.name == "Read" and isinstance(call.input.get("path"), str)  # type: ignore[union-attr]
+    assert shaped.stop_reason == "end_turn", shaped
+    text = "".join(block.text for block in shaped.content if block.type == "text")
+    assert set(json.loads(text)) == {"answer"}
