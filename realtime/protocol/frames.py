@@ -271,13 +271,13 @@ def _reject_extra_keys(
 
 # --- server frames ---
 
-DoneStatus = Literal["completed", "cancelled"]
+DoneFrameStatus = Literal["completed", "cancelled"]
 
 
 def done_frame(
     request_id: str,
     completion_id: str | None,
-    status: DoneStatus,
+    status: DoneFrameStatus,
     finish_reason: str | None,
     usage: dict[str, Any] | None,
 ) -> dict[str, Any]:
