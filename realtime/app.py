@@ -23,9 +23,11 @@ from realtime.asgi.access import OPEN_PATHS, AccessGuard
 from realtime.asgi.auth import ApiKeys, OriginPolicy
 from realtime.asgi.lifecycle import Lifecycle
 from realtime.asgi.lifespan_errors import OneLineLifespanErrors
+from realtime.asgi.responses import ERROR_BODIES
 from realtime.config import ServerConfig, constraint_limits, input_limits
 from realtime.config.values import store_url_refusal
 from realtime.dialects.chat.selector import chat_frames
+from realtime.dialects.messages.errors import error_body as anthropic_error_body
 from realtime.dialects.realtime_events.limits import EventLimits
 from realtime.dialects.realtime_events.selector import realtime_events
 from realtime.dialects.responses import ResponsesService
@@ -229,6 +231,8 @@ def build_app(
     ui = ui_routes() if config.ui else []
     sockets = socket_routes(ServerParts(config, pipeline, responses), protocols)
     table = [*routes(), *sockets, *ui]
+    # The Messages API's errors in Anthropic's body, also where no route has run yet.
+    ERROR_BODIES["/v1/messages"] = anthropic_error_body
     #: Paths served without a key (and without the Origin check); add to it at will.
     #: The page loads before its user has typed a key; its API calls still need one.
     open_paths = set(OPEN_PATHS) | {route.path for route in ui}

@@ -2,19 +2,21 @@
 
 `error_response` is the one HTTP form of a `RealtimeError`: the OpenAI error body
 with the error's status. Routes answer with it, and so does a refused WebSocket
-handshake, before any socket exists. The Messages API's routes answer with
-`anthropic_error_response` instead: the same error in Anthropic's body.
+handshake, before any socket exists. An API with an error body of its own (the
+Messages API's, Anthropic's) registers it for its paths in `ERROR_BODIES` (one
+line in `app.py`), and what answers before any route runs (the access guard, the
+body limit, the HTTP protocol's request limits) uses it there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import orjson
 from starlette.responses import JSONResponse, Response
 
-from realtime.dialects.messages.errors import error_body as anthropic_error_body
 from realtime.protocol.errors import RealtimeError
 
 
@@ -25,13 +27,6 @@ class ORJSONResponse(JSONResponse):
 
 def error_response(error: RealtimeError) -> Response:
     return ORJSONResponse(error.to_body(), status_code=error.status, headers=_headers(error))
-
-
-def anthropic_error_response(error: RealtimeError) -> Response:
-    """The same error in the Messages API's body (`{"type": "error", "error": {...}}`)."""
-    return ORJSONResponse(
-        anthropic_error_body(error), status_code=error.status, headers=_headers(error)
-    )
 
 
 def _headers(error: RealtimeError) -> dict[str, str] | None:
@@ -51,10 +46,10 @@ def _openai_body(error: RealtimeError) -> dict[str, Any]:
 
 
 #: Path prefix -> the error body of the API served there; every other path answers with
-#: OpenAI's. Read by what answers before a route runs (the access guard, the body limit,
-#: the HTTP protocol's request limits), so a Messages client gets Anthropic's body there
-#: too.
-ERROR_BODIES: dict[str, ErrorBody] = {"/v1/messages": anthropic_error_body}
+#: OpenAI's. Filled by `app.py` (the Messages API's paths: Anthropic's body); read by what
+#: answers before a route runs (the access guard, the body limit, the HTTP protocol's
+#: request limits), so a client gets its API's body there too.
+ERROR_BODIES: dict[str, ErrorBody] = {}
 
 
 def error_body_for(path: str) -> ErrorBody:
@@ -70,6 +65,9 @@ def error_response_for(path: str) -> ErrorRenderer:
     body = error_body_for(path)
     if body is _openai_body:
         return error_response
-    return lambda error: ORJSONResponse(
-        body(error), status_code=error.status, headers=_headers(error)
-    )
+    return partial(body_response, body)
+
+
+def body_response(body: ErrorBody, error: RealtimeError) -> Response:
+    """`error` in the body `body` makes, with the status and headers of every error."""
+    return ORJSONResponse(body(error), status_code=error.status, headers=_headers(error))

@@ -15,13 +15,14 @@ and `anthropic-beta` headers are accepted and change nothing.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from realtime.asgi.responses import ORJSONResponse, anthropic_error_response
+from realtime.asgi.responses import ORJSONResponse, body_response
 from realtime.config import ServerConfig, input_limits
 from realtime.dialects.messages.build import (
     MessagesOptions,
@@ -53,6 +54,11 @@ def encode_error(error: RealtimeError) -> bytes:
 MESSAGES_FRAMING = SseFraming(
     encode=encode_event, done=None, error=encode_error, keepalive=PING_EVENT
 )
+
+
+#: Every error of these routes in Anthropic's body (app.py registers it for the paths too,
+#: for what answers before a route runs).
+anthropic_error_response = partial(body_response, error_body)
 
 
 def options(config: ServerConfig) -> MessagesOptions:
