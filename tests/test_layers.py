@@ -76,14 +76,8 @@ LAYERS: list[set[str]] = [
     {"__main__"},
 ]
 
-#: (importer, imported) pairs allowed on one layer, for now: Responses and the Realtime
-#: events still lower their requests to a chat request and run it through chat's
-#: `ChatRun` / `ChatJob`. Gone once they build the neutral request and render the
-#: pipeline's typed events themselves (issue 24, items 1-3).
-FOR_NOW = {
-    ("dialects.responses", "dialects.chat"),
-    ("dialects.realtime_events", "dialects.chat"),
-}
+#: (importer, imported) pairs allowed on one layer: none.
+FOR_NOW: set[tuple[str, str]] = set()
 
 #: (importer, imported) pairs ruled out even where the layers would allow them.
 FORBIDDEN = {

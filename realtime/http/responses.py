@@ -17,7 +17,6 @@ HTTP is kept nowhere: nobody could ever ask for it again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, get_args
 
 import orjson
@@ -75,13 +74,13 @@ async def create_response(request: Request) -> Response:
         raise
     outcome.usage, outcome.response_id = prepared.usage, prepared.id
     # The time to first token is measured on the chat chunks under the events.
-    on_chunk: Callable[[dict[str, Any]], None] = outcome.timer.chunk
+    on_step = outcome.timer.step
     return await respond(
         request,
         outcome,
         streaming,
-        stream=lambda: service.events(prepared, on_chunk=on_chunk),
-        complete=lambda: service.complete(prepared, on_chunk=on_chunk),
+        stream=lambda: service.events(prepared, on_step=on_step),
+        complete=lambda: service.complete(prepared, on_step=on_step),
         framing=_framing(prepared),
     )
 

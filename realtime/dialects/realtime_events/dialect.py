@@ -4,10 +4,9 @@ The socket speaks it when its handshake URL carries `model` (see
 `realtime.dialects.realtime_events`); the session core runs its responses exactly as it
 runs chat-frame requests (slots, cancel, backpressure, endings). Everything the
 dialect decides is in `EventSession` (pure): here its answers become the core's
-commands, and the core's requests its responses. For now each runs as a chat
-completion (`realtime.dialects.chat`'s `ChatJob`: the session still lowers a
-response to a chat request) whose chunks the response's renderer turns into
-events.
+commands, and the core's requests its responses: each runs as its own job on the
+pipeline (`job.py`: the neutral request the session built), and the response's
+renderer turns the pipeline's typed output into events.
 Unlike the chat frames, no client input closes the socket: malformed JSON, binary
 frames and unknown events each get an `error` event and the session carries on
 (OpenAI's rule).
@@ -18,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from realtime.dialects.chat.job import ChatJob
 from realtime.dialects.realtime_events.errors import error_event
+from realtime.dialects.realtime_events.job import ResponseJob
 from realtime.dialects.realtime_events.limits import DEFAULT_EVENT_LIMITS, EventLimits
 from realtime.dialects.realtime_events.render import ResponseRenderer
 from realtime.dialects.realtime_events.session_state import (
@@ -28,6 +27,7 @@ from realtime.dialects.realtime_events.session_state import (
     StartResponse,
 )
 from realtime.pipeline import ChatPipeline
+from realtime.pipeline.events import Finish, Step, Usage
 from realtime.protocol.errors import InvalidRequestError, RealtimeError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
 from realtime.session.commands import Cancel, Command, Frame, Reply, Submit
@@ -120,21 +120,23 @@ class RealtimeEventDialect:
     def render_started(self, request: RequestRecord) -> Sequence[Frame]:
         return [self._renderer(request).created()]
 
-    def job(self, request: RequestRecord) -> ChatJob:
-        return ChatJob(
-            self.pipeline, request.request, session_id=self.session.session_id, size=request.size
+    def job(self, request: RequestRecord) -> ResponseJob:
+        return ResponseJob(
+            self.pipeline,
+            request.request,
+            session_id=self.session.session_id,
+            size=request.size,
+            response_id=self._renderer(request).id,
         )
 
     def render_output(self, request: RequestRecord, item: Any) -> Sequence[Frame]:
-        """One pipeline event of the response (Realtime responses always stream), through
-        the chat chunks it makes."""
-        chunks = request.job.render(item)
-        if not chunks:
-            return ()
-        feed = self._renderer(request).feed
-        if len(chunks) == 1:
-            return feed(chunks[0])
-        return [event for chunk in chunks for event in feed(chunk)]
+        """One pipeline event of the response (Realtime responses always stream)."""
+        renderer = self._renderer(request)
+        if type(item) is Step:
+            return renderer.step(item)
+        assert isinstance(item, Finish)
+        renderer.ended_with(item.reason)
+        return ()
 
     def render_done(self, request: RequestRecord, status: DoneStatus) -> Sequence[Frame]:
         renderer = self._renderer(request)
@@ -178,7 +180,7 @@ class RealtimeEventDialect:
             self._end(response_id)
 
 
-def _usage(request: RequestRecord) -> dict[str, Any] | None:
-    """The response's token usage so far (None if its prompt was never built)."""
-    job = request.job
-    return job.usage() if job is not None else None
+def _usage(request: RequestRecord) -> Usage | None:
+    """The response's tokens so far (None if its prompt was never built)."""
+    job: ResponseJob | None = request.job
+    return job.tokens() if job is not None else None

@@ -1,14 +1,15 @@
-"""One response's server events, rendered from the pipeline's chat chunks.
+"""One response's server events, rendered from the pipeline's typed output.
 
-The pipeline already does the hard part (detokenizing, stop strings, the
-configured tool parser); its chunks carry text deltas and tool-call deltas.
-Here they become the Realtime shape: a message item with one text part, and one
-`function_call` item per call, each opened (`output_item.added`), streamed
-(`output_text.delta`, `function_call_arguments.delta`) and closed
-(`.done`, `output_item.done`) in order, then `response.done` with the output,
-the status and the usage. Reasoning text is not shown (the API has no event for
-it). Items are added to the conversation as they open, through `on_item`, unless
-the response is out of band.
+The pipeline does the hard part (detokenizing, stop strings, the configured tool
+parser); the output-item lifecycle every item API shares (`realtime.pipeline.items`)
+says when each item opens, grows and closes. Here those changes become the
+Realtime shape: a message item with one text part, and one `function_call` item
+per call, each opened (`output_item.added`), streamed (`output_text.delta`,
+`function_call_arguments.delta`) and closed (`.done`, `output_item.done`) in
+order, then `response.done` with the output, the status and the usage.
+Reasoning text is not shown (the API has no event for it, so it is no item and
+leaves the open message open). Items are added to the conversation as they open,
+through `on_item`, unless the response is out of band.
 """
 
 from __future__ import annotations
@@ -16,8 +17,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from realtime.dialects.realtime_events.ids import EventIds, new_call_id, new_item_id
+from realtime.dialects.realtime_events.ids import EventIds, new_item_id
 from realtime.dialects.realtime_events.session_config import GenerationConfig
+from realtime.model.generation import FinishReason
+from realtime.pipeline.events import Step, Usage
+from realtime.pipeline.items import (
+    ItemChange,
+    ItemClosed,
+    ItemDelta,
+    ItemKind,
+    ItemOpened,
+    ItemStatus,
+    OutputItem,
+    OutputItems,
+)
 from realtime.protocol.errors import RealtimeError
 
 Status = Literal["completed", "cancelled", "failed", "incomplete"]
@@ -27,12 +40,11 @@ Status = Literal["completed", "cancelled", "failed", "incomplete"]
 ItemSink = Callable[[dict[str, Any]], str | None]
 
 
-def realtime_usage(usage: dict[str, Any] | None) -> dict[str, Any]:
-    """Chat usage -> the Realtime `usage` (text tokens only; cached input tokens kept)."""
-    usage = usage or {}
-    prompt = usage.get("prompt_tokens", 0)
-    completion = usage.get("completion_tokens", 0)
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0) or 0
+def realtime_usage(usage: Usage | None) -> dict[str, Any]:
+    """An answer's usage in the Realtime spelling (text tokens only; cached input kept)."""
+    prompt = usage.prompt_tokens if usage is not None else 0
+    completion = usage.completion_tokens if usage is not None else 0
+    cached = usage.cached_tokens if usage is not None else 0
     return {
         "total_tokens": prompt + completion,
         "input_tokens": prompt,
@@ -67,13 +79,9 @@ class ResponseRenderer:
         self._conversation_id = conversation_id if on_item is not None else None
         self.output: list[dict[str, Any]] = []
         self.status: Status | None = None
-        #: The open message item (its text grows in place) and its output index.
-        self._message: dict[str, Any] | None = None
-        self._message_index = 0
-        #: Open function calls by the chunk's tool-call index.
-        self._calls: dict[int, dict[str, Any]] = {}
-        self._call_args: dict[int, list[str]] = {}
-        self._finish_reason: str | None = None
+        #: the answer's items (no reasoning items: the API shows no reasoning)
+        self._items = OutputItems(_new_id, reasoning=False)
+        self._finish_reason: FinishReason | None = None
         #: previous_item_id of each item added to the conversation, by item id.
         self._previous: dict[str, str | None] = {}
         #: `response.created` was rendered (a response cancelled while queued never was).
@@ -108,22 +116,92 @@ class ResponseRenderer:
             "response": self.response("in_progress"),
         }
 
-    # --- chunks in, events out ---
+    # --- the pipeline's steps in, events out ---
 
-    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+    def step(self, step: Step) -> list[dict[str, Any]]:
+        """The events of one step of the answer (often one delta, sometimes none)."""
         events: list[dict[str, Any]] = []
-        for choice in chunk.get("choices") or ():
-            delta = choice.get("delta") or {}
-            text = delta.get("content")
-            if text:
-                if self._calls:
-                    self._close_calls(events)
-                self._text_delta(text, events)
-            for call in delta.get("tool_calls") or ():
-                self._call_delta(call, events)
-            if choice.get("finish_reason"):
-                self._finish_reason = choice["finish_reason"]
+        for change in self._items.step(step):
+            self._render(change, events)
         return events
+
+    def _render(self, change: ItemChange, events: list[dict[str, Any]]) -> None:
+        item = change.item
+        if isinstance(change, ItemOpened):
+            self._opened(item, events)
+        elif isinstance(change, ItemDelta):
+            body = self.output[item.index]
+            if item.kind == "message":
+                body["content"][0]["text"] += change.text
+                events.append(
+                    {
+                        "type": "response.output_text.delta",
+                        "event_id": self._event_id(),
+                        "response_id": self.id,
+                        "item_id": item.id,
+                        "output_index": item.index,
+                        "content_index": 0,
+                        "delta": change.text,
+                    }
+                )
+            else:
+                body["arguments"] += change.text
+                events.append(
+                    {
+                        "type": "response.function_call_arguments.delta",
+                        "event_id": self._event_id(),
+                        "response_id": self.id,
+                        "item_id": item.id,
+                        "output_index": item.index,
+                        "call_id": item.call_id,
+                        "delta": change.text,
+                    }
+                )
+        else:
+            assert isinstance(change, ItemClosed)
+            self._closed(item, change.status, events)
+
+    def _opened(self, item: OutputItem, events: list[dict[str, Any]]) -> None:
+        body: dict[str, Any] = {"id": item.id, "object": "realtime.item", "type": item.kind}
+        if item.kind == "message":
+            body.update(role="assistant", status="in_progress", content=[])
+        else:
+            body.update(status="in_progress", call_id=item.call_id, name=item.name, arguments="")
+        self._add(body, events)
+        if item.kind == "message":
+            body["content"].append({"type": "output_text", "text": ""})
+            events.append(self._part_event("response.content_part.added", item, ""))
+
+    def _closed(self, item: OutputItem, status: str, events: list[dict[str, Any]]) -> None:
+        body = self.output[item.index]
+        if item.kind == "message":
+            text = body["content"][0]["text"]
+            events.append(
+                {
+                    "type": "response.output_text.done",
+                    "event_id": self._event_id(),
+                    "response_id": self.id,
+                    "item_id": item.id,
+                    "output_index": item.index,
+                    "content_index": 0,
+                    "text": text,
+                }
+            )
+            events.append(self._part_event("response.content_part.done", item, text))
+        else:
+            events.append(
+                {
+                    "type": "response.function_call_arguments.done",
+                    "event_id": self._event_id(),
+                    "response_id": self.id,
+                    "item_id": item.id,
+                    "output_index": item.index,
+                    "call_id": item.call_id,
+                    "name": item.name,
+                    "arguments": body["arguments"],
+                }
+            )
+        self._item_done(body, status, events)
 
     def _add(self, item: dict[str, Any], events: list[dict[str, Any]]) -> int:
         index = len(self.output)
@@ -171,121 +249,27 @@ class ResponseRenderer:
                 }
             )
 
-    def _text_delta(self, text: str, events: list[dict[str, Any]]) -> None:
-        message = self._message
-        if message is None:
-            message = {
-                "id": new_item_id(),
-                "object": "realtime.item",
-                "type": "message",
-                "role": "assistant",
-                "status": "in_progress",
-                "content": [],
-            }
-            self._message = message
-            self._message_index = self._add(message, events)
-            message["content"].append({"type": "output_text", "text": ""})
-            events.append(self._part_event("response.content_part.added", message, ""))
-        message["content"][0]["text"] += text
-        events.append(
-            {
-                "type": "response.output_text.delta",
-                "event_id": self._event_id(),
-                "response_id": self.id,
-                "item_id": message["id"],
-                "output_index": self._message_index,
-                "content_index": 0,
-                "delta": text,
-            }
-        )
-
-    def _part_event(self, kind: str, message: dict[str, Any], text: str) -> dict[str, Any]:
+    def _part_event(self, kind: str, item: OutputItem, text: str) -> dict[str, Any]:
         return {
             "type": kind,
             "event_id": self._event_id(),
             "response_id": self.id,
-            "item_id": message["id"],
-            "output_index": self.output.index(message),
+            "item_id": item.id,
+            "output_index": item.index,
             "content_index": 0,
             "part": {"type": "text", "text": text},
         }
 
-    def _close_message(self, status: str, events: list[dict[str, Any]]) -> None:
-        message = self._message
-        if message is None:
-            return
-        self._message = None
-        text = message["content"][0]["text"]
-        events.append(
-            {
-                "type": "response.output_text.done",
-                "event_id": self._event_id(),
-                "response_id": self.id,
-                "item_id": message["id"],
-                "output_index": self.output.index(message),
-                "content_index": 0,
-                "text": text,
-            }
-        )
-        events.append(self._part_event("response.content_part.done", message, text))
-        self._item_done(message, status, events)
-
-    def _call_delta(self, call: dict[str, Any], events: list[dict[str, Any]]) -> None:
-        index = call.get("index", 0)
-        function = call.get("function") or {}
-        item = self._calls.get(index)
-        if item is None:
-            self._close_message("completed", events)
-            self._close_calls(events)
-            item = {
-                "id": new_item_id(),
-                "object": "realtime.item",
-                "type": "function_call",
-                "status": "in_progress",
-                "call_id": call.get("id") or new_call_id(),
-                "name": function.get("name") or "",
-                "arguments": "",
-            }
-            self._calls[index] = item
-            self._add(item, events)
-        arguments = function.get("arguments")
-        if arguments:
-            item["arguments"] += arguments
-            events.append(
-                {
-                    "type": "response.function_call_arguments.delta",
-                    "event_id": self._event_id(),
-                    "response_id": self.id,
-                    "item_id": item["id"],
-                    "output_index": self.output.index(item),
-                    "call_id": item["call_id"],
-                    "delta": arguments,
-                }
-            )
-
-    def _close_calls(self, events: list[dict[str, Any]], status: str = "completed") -> None:
-        for item in self._calls.values():
-            if item["status"] != "in_progress":
-                continue
-            events.append(
-                {
-                    "type": "response.function_call_arguments.done",
-                    "event_id": self._event_id(),
-                    "response_id": self.id,
-                    "item_id": item["id"],
-                    "output_index": self.output.index(item),
-                    "call_id": item["call_id"],
-                    "name": item["name"],
-                    "arguments": item["arguments"],
-                }
-            )
-            self._item_done(item, status, events)
+    def ended_with(self, reason: FinishReason) -> None:
+        """The pipeline's finish: why the answer ended (its token limit makes it
+        `incomplete`)."""
+        self._finish_reason = reason
 
     # --- the end ---
 
     def finish(
         self,
-        usage: dict[str, Any] | None,
+        usage: Usage | None,
         *,
         cancelled: bool = False,
         error: RealtimeError | None = None,
@@ -302,16 +286,16 @@ class ResponseRenderer:
                 "type": "failed",
                 "error": {"type": error.error_type, "code": error.code, "message": error.message},
             }
-        elif self._finish_reason == "length":
+        elif self._finish_reason is FinishReason.LENGTH:
             status = "incomplete"
             details = {"type": "incomplete", "reason": "max_output_tokens"}
         else:
             status, details = "completed", None
-        item_status = "completed" if status == "completed" else "incomplete"
+        item_status: ItemStatus = "completed" if status == "completed" else "incomplete"
         # Every response.done follows its response.created, even for one never started.
         events: list[dict[str, Any]] = [] if self.announced else [self.created()]
-        self._close_message(item_status, events)
-        self._close_calls(events, item_status)
+        for change in self._items.close(item_status):
+            self._render(change, events)
         self.status = status
         events.append(
             {
@@ -321,6 +305,10 @@ class ResponseRenderer:
             }
         )
         return events
+
+
+def _new_id(kind: ItemKind) -> str:
+    return new_item_id()
 
 
 def _copy(item: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from realtime.dialects.realtime_events.chat_request import chat_request
+from realtime.dialects.realtime_events.build import realtime_generation
 from realtime.dialects.realtime_events.conversation import Conversation, item_object
 from realtime.dialects.realtime_events.decode import decode_event, parse_input_entry
 from realtime.dialects.realtime_events.errors import (
@@ -47,15 +47,15 @@ from realtime.dialects.realtime_events.session_config import (
     session_object,
 )
 from realtime.protocol.errors import RealtimeError
+from realtime.protocol.generation_request import GenerationRequest
 from realtime.protocol.input_limits import InputLimits
-from realtime.protocol.request import ChatCompletionRequest
 
 
 @dataclass(slots=True)
 class StartResponse:
     """Run `request`, rendered by `renderer`; a refusal by prepare names `client_event_id`."""
 
-    request: ChatCompletionRequest
+    request: GenerationRequest
     renderer: ResponseRenderer
     client_event_id: str | None
 
@@ -220,8 +220,8 @@ class EventSession:
                 "response.done or send response.cancel, or create this one with "
                 "conversation: 'none'"
             )
-        request = chat_request(
-            self.conversation.items() if items is None else items, config, self.input_limits
+        request = realtime_generation(
+            self.conversation.items() if items is None else items, config, overrides=overrides
         )
         renderer = ResponseRenderer(
             new_response_id(),

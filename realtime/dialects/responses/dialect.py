@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from realtime.dialects.responses.service import ResponsesService, responses_error
+from realtime.dialects.responses.service import ResponsesService
 from realtime.dialects.responses.socket_codec import (
     DEFAULT_MAX_AGE_SECONDS,
     DEFAULT_MAX_STREAMS,
@@ -203,7 +203,6 @@ class ResponsesDialect:
     def render_error(
         self, request_id: str | None, error: RealtimeError, request: RequestRecord | None
     ) -> Sequence[Frame]:
-        error = responses_error(error)
         if request is None:  # refused before it was accepted: the frame just parsed
             return (self.codec.error(error, self._last_lane if request_id else None),)
         turn: _Turn = request.context
@@ -219,7 +218,7 @@ class ResponsesDialect:
         events = job.events
         assert events is not None
         render, stream_id = self.codec.render, turn.stream_id
-        return [render(event, stream_id) for event in events.fail(error, job.usage())]
+        return [render(event, stream_id) for event in events.fail(error, job.tokens())]
 
     def render_expiring(self, close_in_seconds: float) -> Sequence[Frame]:
         error = ConnectionLimitError(

@@ -1,8 +1,10 @@
-"""Chat chunks in, Responses server events out: one generator for SSE and the socket.
+"""The pipeline's typed output in, Responses server events out: one generator for SSE and
+the socket.
 
-The chat pipeline already turns engine output into chunks, with the output
-parsers applied (`reasoning_content`, `tool_calls`, `content`). `ResponseEvents`
-folds those chunks into the Responses event stream, numbering every event with
+The pipeline yields steps of parsed output (text, reasoning, tool calls) and a
+finish; the output-item lifecycle every item API shares (`realtime.pipeline.items`)
+says when each item opens, grows and closes, and `ResponseEvents` renders those
+changes as the Responses event stream, numbering every event with
 `sequence_number` from 0:
 
     response.created, response.in_progress
@@ -33,33 +35,31 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from realtime.dialects.responses import ids
+from realtime.model.generation import FinishReason
+from realtime.pipeline.events import Step, Usage
+from realtime.pipeline.items import (
+    ItemChange,
+    ItemClosed,
+    ItemDelta,
+    ItemKind,
+    ItemOpened,
+    OutputItem,
+    OutputItems,
+)
 from realtime.protocol.errors import RealtimeError
 
-#: chat finish_reason -> (Response status, incomplete reason)
-_STATUS = {
-    "stop": ("completed", None),
-    "tool_calls": ("completed", None),
-    "length": ("incomplete", "max_output_tokens"),
+_NEW_IDS: dict[ItemKind, Callable[[], str]] = {
+    "message": ids.message_id,
+    "reasoning": ids.reasoning_id,
+    "function_call": ids.function_call_id,
 }
 
 
-@dataclass(slots=True)
-class _Item:
-    kind: str  # "message", "reasoning" or "function_call"
-    id: str
-    output_index: int
-    pieces: list[str] = field(default_factory=list)
-    logprobs: list[dict[str, Any]] = field(default_factory=list)
-    call_id: str = ""
-    name: str = ""
-
-    @property
-    def text(self) -> str:
-        return "".join(self.pieces)
+def _new_id(kind: ItemKind) -> str:
+    return _NEW_IDS[kind]()
 
 
 def socket_error_event(
@@ -83,14 +83,14 @@ def socket_error_event(
     return event
 
 
-def responses_usage(chat_usage: dict[str, Any], reasoning_tokens: int = 0) -> dict[str, Any]:
-    """A chat `usage` in the Responses spelling.
+def responses_usage(usage: Usage | None, reasoning_tokens: int = 0) -> dict[str, Any]:
+    """An answer's usage in the Responses spelling.
 
     `cache_write_tokens` is always 0: the engines here do not account cache
     writes separately (the SDK's type requires the field)."""
-    prompt = chat_usage.get("prompt_tokens", 0)
-    completion = chat_usage.get("completion_tokens", 0)
-    cached = (chat_usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0) or 0
+    prompt = usage.prompt_tokens if usage is not None else 0
+    completion = usage.completion_tokens if usage is not None else 0
+    cached = usage.cached_tokens if usage is not None else 0
     return {
         "input_tokens": prompt,
         "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
@@ -101,7 +101,7 @@ def responses_usage(chat_usage: dict[str, Any], reasoning_tokens: int = 0) -> di
 
 
 class ResponseEvents:
-    """The events of one response, built from its chat chunks.
+    """The events of one response, rendered from the pipeline's steps.
 
     `response` is the Response object (status `in_progress`, empty `output`); it is
     completed in place and is what the terminal event carries. `count_tokens`
@@ -119,15 +119,7 @@ class ResponseEvents:
         self.logprobs = logprobs
         self._count_tokens = count_tokens
         self._sequence = 0
-        self._current: _Item | None = None
-        #: chat tool-call index -> the function_call item it became
-        self._calls: dict[int, _Item] = {}
-        #: logprobs of tokens whose text is still held back (no delta yet)
-        self._pending_logprobs: list[dict[str, Any]] = []
-        self._finish_reason: str | None = None
-        self._usage: dict[str, Any] | None = None
-        self._reasoning: list[str] = []
-        self._next_index = 0
+        self._items = OutputItems(_new_id, reasoning=True, logprobs=logprobs)
         #: The error a failed response ended with.
         self.error: RealtimeError | None = None
 
@@ -148,59 +140,35 @@ class ResponseEvents:
             self._event("response.in_progress", response=self._snapshot()),
         ]
 
-    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
-        """The events for one chat chunk (often one delta event, sometimes none)."""
-        usage = chunk.get("usage")
-        if usage:
-            self._usage = usage
-        choices = chunk.get("choices")
-        if not choices:
-            return []
-        choice = choices[0]
-        if choice.get("finish_reason") is not None:
-            self._finish_reason = choice["finish_reason"]
-        delta = choice["delta"]
+    def step(self, step: Step) -> list[dict[str, Any]]:
+        """The events for one step of the answer (often one delta event, sometimes none)."""
         out: list[dict[str, Any]] = []
-        reasoning = delta.get("reasoning_content")
-        if reasoning:
-            out += self._reasoning_delta(reasoning)
-        calls = delta.get("tool_calls")
-        if calls:
-            for call in calls:
-                out += self._tool_call_delta(call)
-        content = delta.get("content")
-        logprobs = choice.get("logprobs")
-        # Logprobs belong to the message's text: those riding on a reasoning or
-        # tool-call chunk are of tokens that are not in it.
-        token_logprobs = (
-            (logprobs.get("content") or []) if logprobs and isinstance(content, str) else []
-        )
-        if content:
-            out += self._text_delta(content, token_logprobs)
-        elif token_logprobs and self.logprobs:
-            self._pending_logprobs += token_logprobs
+        for change in self._items.step(step):
+            out += self._render(change)
         return out
 
-    def finish(self, usage: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Close the open item; `response.completed` or `response.incomplete` (length)."""
-        status, reason = _STATUS.get(self._finish_reason or "stop", ("completed", None))
-        out = self._close_current(status)
+    def finish(self, reason: FinishReason | None, usage: Usage | None) -> list[dict[str, Any]]:
+        """Close the open item; `response.completed`, or `response.incomplete` when the
+        answer reached its token limit."""
+        if reason is FinishReason.LENGTH:
+            status, incomplete = "incomplete", "max_output_tokens"
+        else:
+            status, incomplete = "completed", None
+        out = self._close(status)
         response = self.response
         response["status"] = status
-        if status == "completed":
+        if incomplete is None:
             response["completed_at"] = int(time.time())
         else:
-            response["incomplete_details"] = {"reason": reason}
+            response["incomplete_details"] = {"reason": incomplete}
         response["usage"] = self._final_usage(usage)
         out.append(self._event(f"response.{status}", response=response))
         return out
 
-    def fail(
-        self, error: RealtimeError, usage: dict[str, Any] | None = None
-    ) -> list[dict[str, Any]]:
+    def fail(self, error: RealtimeError, usage: Usage | None = None) -> list[dict[str, Any]]:
         """Close the open item as incomplete; `response.failed` with the error."""
         self.error = error
-        out = self._close_current("incomplete")
+        out = self._close("incomplete")
         response = self.response
         response["status"] = "failed"
         response["error"] = error.to_body()["error"]
@@ -216,113 +184,77 @@ class ResponseEvents:
 
     # --- items ---
 
-    def _open(self, kind: str, item_id: str) -> tuple[_Item, list[dict[str, Any]]]:
-        out = self._close_current("completed")
-        item = _Item(kind, item_id, self._next_index)
-        self._next_index += 1
-        self._current = item
-        return item, out
+    def _close(self, status: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for change in self._items.close("completed" if status == "completed" else "incomplete"):
+            out += self._render(change)
+        return out
 
-    def _added(
-        self, item: _Item, body: dict[str, Any], part: dict[str, Any] | None = None
-    ) -> list[dict[str, Any]]:
+    def _render(self, change: ItemChange) -> list[dict[str, Any]]:
+        item = change.item
+        index = item.index
+        if isinstance(change, ItemDelta):
+            if item.kind == "message":
+                return [
+                    self._event(
+                        "response.output_text.delta",
+                        item_id=item.id,
+                        output_index=index,
+                        content_index=0,
+                        delta=change.text,
+                        logprobs=change.logprobs,
+                    )
+                ]
+            if item.kind == "reasoning":
+                return [
+                    self._event(
+                        "response.reasoning_text.delta",
+                        item_id=item.id,
+                        output_index=index,
+                        content_index=0,
+                        delta=change.text,
+                    )
+                ]
+            return [
+                self._event(
+                    "response.function_call_arguments.delta",
+                    item_id=item.id,
+                    output_index=index,
+                    delta=change.text,
+                )
+            ]
+        if isinstance(change, ItemOpened):
+            return self._opened(item)
+        assert isinstance(change, ItemClosed)
+        return self._closed(item, change.status)
+
+    def _opened(self, item: OutputItem) -> list[dict[str, Any]]:
         """`response.output_item.added` for a new item, then its first content part's
         `response.content_part.added` where it has one."""
-        events = [
-            self._event("response.output_item.added", output_index=item.output_index, item=body)
-        ]
+        part: dict[str, Any] | None
+        if item.kind == "message":
+            body, part = self._message(item, "in_progress", []), self._text_part(item, "")
+        elif item.kind == "reasoning":
+            body = self._reasoning_item(item, "in_progress", [])
+            part = {"type": "reasoning_text", "text": ""}
+        else:
+            body, part = self._call_item(item, "in_progress"), None
+        events = [self._event("response.output_item.added", output_index=item.index, item=body)]
         if part is not None:
             events.append(
                 self._event(
                     "response.content_part.added",
                     item_id=item.id,
-                    output_index=item.output_index,
+                    output_index=item.index,
                     content_index=0,
                     part=part,
                 )
             )
         return events
 
-    def _text_delta(self, text: str, logprobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        item = self._current
-        out: list[dict[str, Any]] = []
-        if item is None or item.kind != "message":
-            item, out = self._open("message", ids.message_id())
-            out += self._added(
-                item, self._message(item, "in_progress", []), self._text_part(item, "")
-            )
-        item.pieces.append(text)
-        if self.logprobs:
-            logprobs = self._pending_logprobs + logprobs if self._pending_logprobs else logprobs
-            self._pending_logprobs = []
-            item.logprobs += logprobs
-        else:
-            logprobs = []
-        out.append(
-            self._event(
-                "response.output_text.delta",
-                item_id=item.id,
-                output_index=item.output_index,
-                content_index=0,
-                delta=text,
-                logprobs=logprobs,
-            )
-        )
-        return out
-
-    def _reasoning_delta(self, text: str) -> list[dict[str, Any]]:
-        item = self._current
-        out: list[dict[str, Any]] = []
-        if item is None or item.kind != "reasoning":
-            item, out = self._open("reasoning", ids.reasoning_id())
-            body = self._reasoning_item(item, "in_progress", [])
-            out += self._added(item, body, {"type": "reasoning_text", "text": ""})
-        item.pieces.append(text)
-        self._reasoning.append(text)
-        out.append(
-            self._event(
-                "response.reasoning_text.delta",
-                item_id=item.id,
-                output_index=item.output_index,
-                content_index=0,
-                delta=text,
-            )
-        )
-        return out
-
-    def _tool_call_delta(self, call: dict[str, Any]) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        function = call.get("function") or {}
-        if "id" in call:  # the call's first delta: its id and name
-            item, out = self._open("function_call", ids.function_call_id())
-            item.call_id, item.name = call["id"], function.get("name", "")
-            self._calls[call["index"]] = item
-            out += self._added(item, self._call_item(item, "in_progress"))
-        target = self._calls.get(call["index"])
-        arguments = function.get("arguments")
-        # Parsers finish one call before they start the next, so a delta is for the open one.
-        if arguments and target is not None and target is self._current:
-            target.pieces.append(arguments)
-            out.append(
-                self._event(
-                    "response.function_call_arguments.delta",
-                    item_id=target.id,
-                    output_index=target.output_index,
-                    delta=arguments,
-                )
-            )
-        return out
-
-    def _close_current(self, status: str) -> list[dict[str, Any]]:
-        item = self._current
-        if item is None:
-            return []
-        self._current = None
-        index = item.output_index
+    def _closed(self, item: OutputItem, status: str) -> list[dict[str, Any]]:
+        index = item.index
         if item.kind == "message":
-            if self.logprobs and self._pending_logprobs:
-                item.logprobs += self._pending_logprobs
-                self._pending_logprobs = []
             part = self._text_part(item, item.text)
             done = self._message(item, status, [part])
             out = [
@@ -375,14 +307,14 @@ class ResponseEvents:
         out.append(self._event("response.output_item.done", output_index=index, item=done))
         return out
 
-    def _text_part(self, item: _Item, text: str) -> dict[str, Any]:
+    def _text_part(self, item: OutputItem, text: str) -> dict[str, Any]:
         part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
         if self.logprobs:
             part["logprobs"] = list(item.logprobs) if text else []
         return part
 
     @staticmethod
-    def _message(item: _Item, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
+    def _message(item: OutputItem, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "id": item.id,
             "type": "message",
@@ -392,7 +324,9 @@ class ResponseEvents:
         }
 
     @staticmethod
-    def _reasoning_item(item: _Item, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
+    def _reasoning_item(
+        item: OutputItem, status: str, content: list[dict[str, Any]]
+    ) -> dict[str, Any]:
         return {
             "id": item.id,
             "type": "reasoning",
@@ -402,7 +336,7 @@ class ResponseEvents:
         }
 
     @staticmethod
-    def _call_item(item: _Item, status: str) -> dict[str, Any]:
+    def _call_item(item: OutputItem, status: str) -> dict[str, Any]:
         return {
             "id": item.id,
             "type": "function_call",
@@ -412,7 +346,6 @@ class ResponseEvents:
             "arguments": item.text,
         }
 
-    def _final_usage(self, usage: dict[str, Any] | None) -> dict[str, Any]:
-        chat_usage = self._usage or usage or {}
-        reasoning = "".join(self._reasoning)
-        return responses_usage(chat_usage, self._count_tokens(reasoning) if reasoning else 0)
+    def _final_usage(self, usage: Usage | None) -> dict[str, Any]:
+        reasoning = self._items.reasoning_text
+        return responses_usage(usage, self._count_tokens(reasoning) if reasoning else 0)

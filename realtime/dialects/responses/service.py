@@ -2,12 +2,11 @@
 
     ResponsesRequest (request.py)
       -> begin(): the conversation (stored responses along previous_response_id,
-         read from the stores, then the new input items) as chat messages
-         (conversation.py), one ChatCompletionRequest-equivalent body, and the
-         Response object (objects.py)
-      -> build_prompt(): ChatPipeline.prepare (the same prepare every chat request
-         goes through: template, budget, sampling, parsers)
-      -> events(): `response.created`, the pipeline's chat chunks -> Responses
+         read from the stores, then the new input items) as the neutral request
+         (build.py), and the Response object (objects.py)
+      -> build_prompt(): ChatPipeline.prepare (the same prepare every API's request
+         goes through: template, budget, sampling, parsers) and the grammar's compile
+      -> events(): `response.created`, the pipeline's typed output -> Responses
          events (events.py); at the end the response is stored, then its terminal
          event is sent
       -> complete(): the same events, folded into the final Response
@@ -19,8 +18,8 @@ before the response's first event (its `previous_response_id` not found is an
 `response.created` (its errors end the response `response.failed`). Nothing
 here reads a store but `begin` and the stored-response operations, all awaited.
 
-Errors from the chat side name chat fields (`messages`, `max_completion_tokens`,
-`response_format`); they are renamed to the Responses fields here, once.
+Errors name the Responses fields (`input`, `max_output_tokens`, `text.format`):
+the neutral request carries them (`build.RESPONSES_PATHS`), so nothing is renamed.
 
 A transport gives `prepare` the caller's owner (`owner(api_key)`) and, on a
 socket, `local`: the connection's own store for `store: false` responses, which
@@ -29,19 +28,15 @@ continuations on that socket may reference and nobody else can see.
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from pydantic import ValidationError
 
-from realtime.dialects.chat.build import chat_generation
-from realtime.dialects.chat.run import ChatRun
 from realtime.dialects.responses import ids
-from realtime.dialects.responses.conversation import chat_messages
+from realtime.dialects.responses.build import responses_generation
 from realtime.dialects.responses.errors import (
     NotCancellableError,
     PreviousResponseNotFoundError,
@@ -49,16 +44,13 @@ from realtime.dialects.responses.errors import (
 )
 from realtime.dialects.responses.events import ResponseEvents
 from realtime.dialects.responses.objects import new_response
-from realtime.dialects.responses.request import (
-    ResponsesRequest,
-    TextConfig,
-    parse_responses_request,
-)
-from realtime.pipeline import ChatPipeline
+from realtime.dialects.responses.request import ResponsesRequest, parse_responses_request
+from realtime.pipeline import ChatPipeline, PreparedChat
+from realtime.pipeline.events import Finish, Step, Usage
 from realtime.pipeline.offload import prepare_chat
 from realtime.protocol.errors import InvalidRequestError, RealtimeError
+from realtime.protocol.generation_request import GenerationRequest
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
-from realtime.protocol.request import ChatCompletionRequest, validation_error_to_client
 from realtime.store.base import Chain, ResponseStore, StoredResponse
 
 #: Responses followed back from a `previous_response_id` at most. The prompt's
@@ -74,8 +66,8 @@ class PreparedResponse:
     """One response between `begin` and its end: the run's state."""
 
     request: ResponsesRequest
-    #: The chat request that generates it (`plan`).
-    chat_request: ChatCompletionRequest
+    #: The neutral request that generates it (`plan`).
+    generation: GenerationRequest
     events: ResponseEvents
     #: where the finished response is kept (None: nowhere, `store: false` over HTTP)
     store: ResponseStore | None
@@ -87,23 +79,31 @@ class PreparedResponse:
     session_id: str | None = None
     #: Characters of its frame and history: a large prompt is built off the event loop.
     size: int = 0
-    #: The chat completion whose chunks the events are made from, once `build_prompt`
-    #: built its prompt.
-    chat: ChatRun | None = None
+    #: The pipeline's prepared request, once `build_prompt` built its prompt.
+    chat: PreparedChat | None = None
 
     @property
     def id(self) -> str:
         response_id: str = self.events.response["id"]
         return response_id
 
+    def tokens(self) -> Usage | None:
+        """The tokens so far (None until the prompt was built); a warm-up's answer
+        counts none (the one token it computed is dropped)."""
+        if self.chat is None:
+            return None
+        usage = self.chat.usage
+        return usage if self.generate else Usage(usage.prompt_tokens, 0, usage.cached_tokens)
+
     def usage(self) -> dict[str, Any] | None:
-        """The chat usage so far (None until the prompt was built)."""
-        return self.chat.usage() if self.chat is not None else None
+        """The usage so far as the access log and the metrics read it."""
+        tokens = self.tokens()
+        return tokens.as_dict() if tokens is not None else None
 
 
 @dataclass(slots=True)
 class ResponsePlan:
-    chat: ChatCompletionRequest
+    generation: GenerationRequest
     events: ResponseEvents
     generate: bool
 
@@ -157,7 +157,7 @@ class ResponsesService:
             session_id=session_id,
             warm_next_turn=warm_next_turn,
         )
-        await self.build_prompt(prepared)
+        await self.build_prompt(prepared, stream=stream)
         return prepared
 
     async def begin(
@@ -180,25 +180,21 @@ class ResponsesService:
             size += len(orjson.dumps(history))
         keep = self.store if request.stores else local
         return PreparedResponse(
-            request, plan.chat, plan.events, keep, owner, plan.generate, session_id, size
+            request, plan.generation, plan.events, keep, owner, plan.generate, session_id, size
         )
 
-    async def build_prompt(self, prepared: PreparedResponse) -> ChatRun:
-        """`ChatPipeline.prepare` of the response's chat request (off the event loop when
-        it is large), as a `ChatRun`; its errors name the Responses fields."""
-        try:
-            stream = prepared.chat_request.stream is True
-            generation = chat_generation(prepared.chat_request)
-            ready = await prepare_chat(
-                self.pipeline,
-                generation,
-                stream=stream,
-                session_id=prepared.session_id,
-                size=prepared.size,
-            )
-        except RealtimeError as exc:
-            raise responses_error(exc) from None
-        chat = prepared.chat = ChatRun(self.pipeline, prepared.chat_request, ready, stream=stream)
+    async def build_prompt(self, prepared: PreparedResponse, *, stream: bool) -> PreparedChat:
+        """`ChatPipeline.prepare` of the response's request (off the event loop when it
+        is large), then its grammar's compile; errors name the Responses fields."""
+        chat = prepared.chat = await prepare_chat(
+            self.pipeline,
+            prepared.generation,
+            stream=stream,
+            session_id=prepared.session_id,
+            size=prepared.size,
+            request_id=prepared.id,
+        )
+        await self.pipeline.constrain(chat)
         return chat
 
     def plan(
@@ -209,26 +205,12 @@ class ResponsesService:
         stream: bool,
         warm_next_turn: bool = False,
     ) -> ResponsePlan:
-        """The chat request that generates the response and its event builder, without I/O
-        (`begin` calls it with the history it read; the chat pipeline prepares it)."""
-        messages = chat_messages([*history, *request.items], request.instructions)
-        if not messages:
-            raise InvalidRequestError(
-                "input is empty: send input items (or continue a response that has some)",
-                param="input",
-            )
+        """The neutral request that generates the response and its event builder, without
+        I/O (`begin` calls it with the history it read; the pipeline prepares it)."""
         generate = getattr(request, "generate", None) is not False
-        body = chat_body(request, messages, stream=stream, warm_next_turn=warm_next_turn)
-        if not generate:
-            # One token is the least the engine computes; it is dropped, and nothing
-            # that could fail on an answer (a required tool call) applies.
-            body.update(max_completion_tokens=1, logprobs=False, tool_choice="none")
-            body.pop("top_logprobs", None)
-            body.pop("nvext", None)
-        try:
-            chat = ChatCompletionRequest.model_validate(body)
-        except ValidationError as exc:
-            raise responses_error(validation_error_to_client(exc)) from None
+        generation = responses_generation(
+            request, history, generate=generate, warm_next_turn=warm_next_turn
+        )
         tokenizer = self.pipeline.engine.info.tokenizer
         response = new_response(
             request, response_id=ids.response_id(), model=self.pipeline.model_name
@@ -238,13 +220,13 @@ class ResponsesService:
             logprobs=request.wants_logprobs,
             count_tokens=lambda text: len(tokenizer.encode(text)),
         )
-        return ResponsePlan(chat, events, generate)
+        return ResponsePlan(generation, events, generate)
 
     async def events(
         self,
         prepared: PreparedResponse,
         *,
-        on_chunk: Callable[[dict[str, Any]], None] | None = None,
+        on_step: Callable[[Step | Finish], None] | None = None,
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Every event of the response, the terminal one last. Closing this generator
         early closes the pipeline's and with it the engine's (a cancel). The prompt is
@@ -253,24 +235,27 @@ class ResponsesService:
         events = prepared.events
         for event in events.start():
             yield event
-        usage = prepared.usage
+        finish: Finish | None = None
         try:
             chat = prepared.chat
             if chat is None:
-                chat = await self.build_prompt(prepared)
-            chunks = chat.stream()
-            async with aclosing(chunks):
-                async for chunk in chunks:
-                    if on_chunk is not None:
-                        on_chunk(chunk)
-                    if not prepared.generate:
-                        continue  # a warm-up: the prefill is the point, not the token
-                    for event in events.feed(chunk):
-                        yield event
+                chat = await self.build_prompt(prepared, stream=True)
+            async with aclosing(self.pipeline.events(chat)) as steps:
+                async for step in steps:
+                    if on_step is not None:
+                        on_step(step)
+                    if type(step) is not Step:
+                        assert isinstance(step, Finish)
+                        finish = step
+                    elif prepared.generate:  # a warm-up: the prefill is the point
+                        for event in events.step(step):
+                            yield event
         except RealtimeError as exc:
-            terminal = events.fail(responses_error(exc), usage())
+            terminal = events.fail(exc, prepared.tokens())
         else:
-            terminal = events.finish(usage() if prepared.generate else input_only_usage(usage()))
+            # A warm-up's one token is not an answer: it is complete, never cut off.
+            reason = finish.reason if finish is not None and prepared.generate else None
+            terminal = events.finish(reason, prepared.tokens())
         # Stored before the terminal event, so a continuation sent the moment it
         # arrives finds it (the SQLite store returns at once and writes on its thread).
         await self._keep(prepared)
@@ -281,10 +266,10 @@ class ResponsesService:
         self,
         prepared: PreparedResponse,
         *,
-        on_chunk: Callable[[dict[str, Any]], None] | None = None,
+        on_step: Callable[[Step | Finish], None] | None = None,
     ) -> dict[str, Any]:
         """The final Response. A failed one raises its error (it is stored as failed)."""
-        async with aclosing(self.events(prepared, on_chunk=on_chunk)) as events:
+        async with aclosing(self.events(prepared, on_step=on_step)) as events:
             async for _ in events:
                 pass
         if prepared.events.error is not None:
@@ -427,96 +412,3 @@ class _ChainWalk:
             items += record.input_items
             items += record.response.get("output") or []
         return items
-
-
-def input_only_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A warm-up's usage: its prompt, and no output (the token it computed is dropped)."""
-    if usage is None:
-        return None
-    return {**usage, "completion_tokens": 0, "total_tokens": usage.get("prompt_tokens", 0)}
-
-
-def chat_body(
-    request: ResponsesRequest,
-    messages: list[dict[str, Any]],
-    *,
-    stream: bool,
-    warm_next_turn: bool = False,
-) -> dict[str, Any]:
-    """The chat request that generates this response (validated by the caller)."""
-    body: dict[str, Any] = {"model": request.model, "messages": messages, "stream": stream}
-    if stream:
-        body["stream_options"] = {"include_usage": True}
-    if request.max_output_tokens is not None:
-        body["max_completion_tokens"] = request.max_output_tokens
-    if request.temperature is not None:
-        body["temperature"] = request.temperature
-    if request.top_p is not None:
-        body["top_p"] = request.top_p
-    if request.wants_logprobs:
-        body["logprobs"] = True
-        if request.top_logprobs:
-            body["top_logprobs"] = request.top_logprobs
-    tools = request.function_tools.chat
-    if tools:
-        body["tools"] = tools
-    if request.chat_tool_choice is not None:
-        body["tool_choice"] = request.chat_tool_choice
-    if request.parallel_tool_calls is not None:
-        body["parallel_tool_calls"] = request.parallel_tool_calls
-    response_format = chat_response_format(request.text)
-    if response_format is not None:
-        body["response_format"] = response_format
-    if warm_next_turn or request.warms_next_turn:
-        body["nvext"] = {"agent_hints": {"speculative_prefill": True}}
-    return body
-
-
-def chat_response_format(text: TextConfig | None) -> dict[str, Any] | None:
-    """`text.format` as the chat request's `response_format` (structured outputs).
-
-    The Responses form is flat (`{"type": "json_schema", "name", "schema", ...}`); the
-    chat form nests the schema under `json_schema`. The chat pipeline then enforces it
-    on the engines that constrain generation and refuses it on the others, and its
-    errors name `text.format` (see `responses_error`).
-    """
-    fmt = text.format if text is not None else None
-    if fmt is None or fmt.type == "text":
-        return None
-    if fmt.type == "json_object":
-        return {"type": "json_object"}
-    spec: dict[str, Any] = {"name": fmt.name, "schema": fmt.schema_}
-    if fmt.description is not None:
-        spec["description"] = fmt.description
-    if fmt.strict is not None:
-        spec["strict"] = fmt.strict
-    return {"type": "json_schema", "json_schema": spec}
-
-
-#: Chat field names in errors -> the Responses fields they come from.
-_RENAMED = {
-    "messages": "input",
-    "max_completion_tokens": "max_output_tokens",
-    "max_tokens": "max_output_tokens",
-    "response_format": "text.format",
-    "logprobs": "include",
-}
-_CHAT_FIELD = re.compile(r"\b(max_completion_tokens|max_tokens|response_format)\b")
-
-
-def responses_error(error: RealtimeError) -> RealtimeError:
-    """`error` with the chat fields it names renamed to the Responses ones (in place)."""
-    param = error.param
-    if param:
-        head, _, rest = param.partition(".")
-        if head == "messages":
-            error.param = "input"  # items and messages do not map one to one
-        elif head == "tools" and ".function." in param:
-            error.param = param.replace(".function.", ".", 1)
-        elif head in _RENAMED:
-            error.param = _RENAMED[head] + (f".{rest}" if rest else "")
-    message = _CHAT_FIELD.sub(lambda m: _RENAMED[m.group(1)], error.message)
-    if message != error.message:
-        error.message = message
-        error.args = (message,)
-    return error

@@ -19,6 +19,7 @@ from typing import Any
 from realtime.dialects.responses.events import ResponseEvents
 from realtime.dialects.responses.request import ResponseCreateEvent
 from realtime.dialects.responses.service import PreparedResponse, ResponsesService
+from realtime.pipeline.events import Usage
 from realtime.session.job import Observe, Timer
 from realtime.store.base import ResponseStore
 
@@ -51,8 +52,8 @@ class ResponseJob:
         self.prepared: PreparedResponse | None = None
         self.started = False
         self.ended = False
-        #: Shown each chat chunk under the events (the request's latency timer).
-        self._on_chunk: Observe | None = None
+        #: Shown each pipeline step under the events (the request's latency timer).
+        self._on_step: Observe | None = None
 
     async def prepare(self) -> None:
         self.prepared = await self.service.begin(
@@ -65,14 +66,14 @@ class ResponseJob:
         )
 
     def observer(self, timer: Timer) -> Observe:
-        """The run shows `timer` its chat chunks; the events themselves are not tokens."""
-        self._on_chunk = timer.chunk
+        """The run shows `timer` the pipeline's steps; the events themselves are not tokens."""
+        self._on_step = timer.step
         return _ignore
 
     async def output(self) -> AsyncGenerator[dict[str, Any], None]:
         prepared = self.prepared
         assert prepared is not None, "output() before prepare()"
-        run = self.service.events(prepared, on_chunk=self._on_chunk)
+        run = self.service.events(prepared, on_step=self._on_step)
         async with aclosing(run) as events:
             async for event in events:
                 self.started = True
@@ -89,6 +90,10 @@ class ResponseJob:
 
     def usage(self) -> dict[str, Any] | None:
         return self.prepared.usage() if self.prepared is not None else None
+
+    def tokens(self) -> Usage | None:
+        """The response's tokens so far, typed (None before its prompt was built)."""
+        return self.prepared.tokens() if self.prepared is not None else None
 
     @property
     def answer_id(self) -> str | None:

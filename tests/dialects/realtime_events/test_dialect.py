@@ -12,6 +12,8 @@ from realtime.dialects.realtime_events.dialect import RealtimeEventDialect
 from realtime.dialects.realtime_events.limits import DEFAULT_EVENT_LIMITS
 from realtime.engine.echo import EchoEngine
 from realtime.pipeline import ChatPipeline
+from realtime.pipeline.events import Step
+from realtime.protocol.conversation import Message
 from realtime.protocol.errors import TooManyRequestsInFlightError
 from realtime.protocol.input_limits import InputLimits
 from realtime.session.commands import Cancel, Reply, Submit
@@ -72,7 +74,8 @@ def test_opened_parse_and_labels() -> None:
     assert isinstance(refused, Reply) and (refused.kind, refused.label) == ("error", "rejected")
     submit = parse(d, {"type": "response.create", "event_id": "evt_1"})
     assert isinstance(submit, Submit) and submit.label == "response.create"
-    assert submit.request.messages[0].role == "user" and submit.lane is None
+    assert isinstance(submit.request.conversation[0], Message)
+    assert submit.request.conversation[0].role == "user" and submit.lane is None
     cancel = parse(d, {"type": "response.cancel"})
     assert cancel == Cancel(submit.request_id, label="response.cancel")
     binary = d.parse_binary(b"\x00")
@@ -116,11 +119,8 @@ def test_a_started_response_streams_and_ends() -> None:
     submit = parse(d, {"type": "response.create"})
     rec = record(submit, d)
     [created] = d.render_started(rec)
-    chunk = {
-        "object": "chat.completion.chunk",
-        "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}],
-    }
-    events = [created, *d.render_output(rec, chunk), *d.render_done(rec, "completed")]
+    step = Step([1], "hi", None)  # one pipeline step of plain text
+    events = [created, *d.render_output(rec, step), *d.render_done(rec, "completed")]
     for event in events:
         check_server_event(event)
     assert events[-1]["response"]["status"] == "completed"

@@ -6,13 +6,20 @@ from typing import Any
 
 import pytest
 
+from realtime.chat.conversation import template_messages
 from realtime.dialects.realtime_events.limits import EventLimits
+from realtime.dialects.realtime_events.render import ResponseRenderer
 from realtime.dialects.realtime_events.session_state import (
     CancelResponse,
     EventSession,
     StartResponse,
 )
+from realtime.model.generation import FinishReason
+from realtime.pipeline.events import Step, Usage
+from realtime.protocol.conversation import NamedFunction
 from realtime.protocol.errors import RealtimeError
+from realtime.protocol.generation_request import GenerationRequest
+from realtime.protocol.output import ContentDelta, OutputEvent, ToolCallArguments, ToolCallStart
 from tests.dialects.realtime_events.helpers import MODEL, error_of, send, session, user
 from tests.dialects.realtime_events.sdk_types import check_server_event
 
@@ -34,12 +41,37 @@ def chunk(
     }
 
 
-USAGE = {
-    "prompt_tokens": 10,
-    "completion_tokens": 3,
-    "total_tokens": 13,
-    "prompt_tokens_details": {"cached_tokens": 7},
+USAGE = Usage(prompt_tokens=10, completion_tokens=3, cached_tokens=7)
+_FINISH = {
+    "stop": FinishReason.STOP,
+    "tool_calls": FinishReason.STOP,
+    "length": FinishReason.LENGTH,
 }
+
+
+def feed(renderer: ResponseRenderer, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+    """The renderer's events for what a chat-chunk-shaped step carries: its text, then
+    its tool-call deltas, as the pipeline's parsed events; a finish reason ends it."""
+    choice = chunk["choices"][0]
+    delta = choice["delta"]
+    events: list[OutputEvent] = []
+    if delta.get("content"):
+        events.append(ContentDelta(delta["content"]))
+    for call in delta.get("tool_calls") or ():
+        function = call.get("function") or {}
+        if "id" in call:
+            events.append(ToolCallStart(call["index"], call["id"], function.get("name", "")))
+        if function.get("arguments"):
+            events.append(ToolCallArguments(call["index"], function["arguments"]))
+    out = renderer.step(Step([1], "", events))
+    if choice["finish_reason"] is not None:
+        renderer.ended_with(_FINISH[choice["finish_reason"]])
+    return out
+
+
+def messages(request: GenerationRequest) -> list[dict[str, Any]]:
+    """The chat template's messages for a response's request."""
+    return template_messages(request.conversation)
 
 
 def start(s: EventSession, response: dict[str, Any] | None = None) -> StartResponse:
@@ -97,10 +129,10 @@ def test_text_response_events_in_order_and_valid_for_the_sdk() -> None:
         check_server_event(event)
     action = start(s)
     renderer = action.renderer
-    assert [m.role for m in action.request.messages] == ["user"]
+    assert [m["role"] for m in messages(action.request)] == ["user"]
     events = [renderer.created()]
-    events += renderer.feed(chunk("Hel"))
-    events += renderer.feed(chunk("lo", finish="stop"))
+    events += feed(renderer, chunk("Hel"))
+    events += feed(renderer, chunk("lo", finish="stop"))
     events += renderer.finish(USAGE)
     for event in events:
         check_server_event(event)
@@ -128,7 +160,7 @@ def test_text_response_events_in_order_and_valid_for_the_sdk() -> None:
     s.response_ended(renderer.id)
     assert [i["role"] for i in s.conversation.items()] == ["user", "assistant"]
     send(s, user("again"))
-    assert [m.role for m in start(s).request.messages] == ["user", "assistant", "user"]
+    assert [m["role"] for m in messages(start(s).request)] == ["user", "assistant", "user"]
 
 
 def test_function_call_round_trip() -> None:
@@ -150,7 +182,8 @@ def test_function_call_round_trip() -> None:
     action = start(s)
     assert action.request.tools is not None and action.request.tool_choice == "required"
     r = action.renderer
-    events = r.feed(
+    events = feed(
+        r,
         chunk(
             calls=[
                 {
@@ -160,11 +193,11 @@ def test_function_call_round_trip() -> None:
                     "function": {"name": "get_weather", "arguments": ""},
                 }
             ]
-        )
+        ),
     )
-    events += r.feed(chunk(calls=[{"index": 0, "function": {"arguments": '{"city"'}}]))
-    events += r.feed(
-        chunk(calls=[{"index": 0, "function": {"arguments": ': "Oslo"}'}}], finish="tool_calls")
+    events += feed(r, chunk(calls=[{"index": 0, "function": {"arguments": '{"city"'}}]))
+    events += feed(
+        r, chunk(calls=[{"index": 0, "function": {"arguments": ': "Oslo"}'}}], finish="tool_calls")
     )
     events += r.finish(USAGE)
     for event in events:
@@ -185,10 +218,10 @@ def test_function_call_round_trip() -> None:
             "item": {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
         },
     )
-    messages = start(s).request.messages
-    assert [m.role for m in messages] == ["user", "assistant", "tool"]
-    assert messages[1].tool_calls[0].id == "call_1"  # type: ignore[index,union-attr]
-    assert messages[2].tool_call_id == "call_1"  # type: ignore[union-attr]
+    sent = messages(start(s).request)
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
+    assert sent[1]["tool_calls"][0]["id"] == "call_1"
+    assert sent[2]["tool_call_id"] == "call_1"
 
 
 def test_one_response_at_a_time_in_the_conversation_and_cancel() -> None:
@@ -202,15 +235,15 @@ def test_one_response_at_a_time_in_the_conversation_and_cancel() -> None:
     oob = start(
         s, {"conversation": "none", "instructions": "summarise", "metadata": {"purpose": "title"}}
     )
-    assert oob.request.messages[0].role == "system"
-    oob_events = oob.renderer.feed(chunk("t")) + oob.renderer.finish(USAGE)
+    assert messages(oob.request)[0]["role"] == "system"
+    oob_events = feed(oob.renderer, chunk("t")) + oob.renderer.finish(USAGE)
     assert "conversation.item.added" not in [e["type"] for e in oob_events]
     assert oob_events[-1]["response"]["metadata"] == {"purpose": "title"}
     assert oob_events[-1]["response"]["conversation_id"] is None
     s.response_ended(oob.renderer.id)
     cancel = send(s, {"type": "response.cancel"})
     assert cancel.action == CancelResponse(first.renderer.id)
-    events = first.renderer.feed(chunk("partial")) + first.renderer.finish(USAGE, cancelled=True)
+    events = feed(first.renderer, chunk("partial")) + first.renderer.finish(USAGE, cancelled=True)
     done = events[-1]
     check_server_event(done)
     assert done["response"]["status"] == "cancelled"
@@ -243,9 +276,9 @@ def test_overrides_apply_to_one_response_only() -> None:
             "tool_choice": {"type": "function", "name": "f"},
         },
     ).request
-    assert request.messages[0].content == "B"
-    assert (request.max_tokens, request.temperature) == (5, 0)
-    assert request.tool_choice is not None and request.tool_choice.function.name == "f"  # type: ignore[union-attr]
+    assert messages(request)[0]["content"] == "B"
+    assert (request.max_tokens, request.sampling.temperature) == (5, 0)
+    assert isinstance(request.tool_choice, NamedFunction) and request.tool_choice.name == "f"
     assert s.config.instructions == "A" and s.config.temperature == 0.5
 
 
@@ -268,7 +301,7 @@ def test_input_replaces_the_context_and_references_items() -> None:
             ],
         },
     ).request
-    texts = [m.content[0].text for m in request.messages]  # type: ignore[index,union-attr]
+    texts = [m["content"] for m in messages(request)]
     assert texts == ["first", "new"]
     error = error_of(
         send(
@@ -364,7 +397,7 @@ def test_failed_and_incomplete_statuses() -> None:
     s = session()
     send(s, user("x"))
     r = start(s).renderer
-    r.feed(chunk("a", finish="length"))
+    feed(r, chunk("a", finish="length"))
     assert r.finish(USAGE)[-1]["response"]["status_details"] == {
         "type": "incomplete",
         "reason": "max_output_tokens",
@@ -382,9 +415,9 @@ def test_assistant_text_then_call_is_one_chat_message(text: str) -> None:
     s = session()
     send(s, user("q"))
     r = start(s).renderer
-    r.feed(chunk(text))
-    r.feed(
-        chunk(calls=[{"index": 0, "id": "call_9", "function": {"name": "f", "arguments": "{}"}}])
+    feed(r, chunk(text))
+    feed(
+        r, chunk(calls=[{"index": 0, "id": "call_9", "function": {"name": "f", "arguments": "{}"}}])
     )
     r.finish(USAGE)
     s.response_ended(r.id)
@@ -395,9 +428,9 @@ def test_assistant_text_then_call_is_one_chat_message(text: str) -> None:
             "item": {"type": "function_call_output", "call_id": "call_9", "output": "ok"},
         },
     )
-    messages = start(s).request.messages
-    assert [m.role for m in messages] == ["user", "assistant", "tool"]
-    assert messages[1].content == text
+    sent = messages(start(s).request)
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
+    assert sent[1]["content"] == text
 
 
 def test_a_tool_choice_the_tools_cannot_meet_is_refused_before_the_response() -> None:

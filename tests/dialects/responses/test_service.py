@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from realtime.chat.conversation import template_messages
 from realtime.dialects.responses import (
     NotCancellableError,
     PreviousResponseNotFoundError,
@@ -184,7 +185,7 @@ def test_a_continuation_rebuilds_the_conversation_from_the_store() -> None:
     prepared = prepare(
         service, input="second question", previous_response_id=first["id"], instructions="New."
     )
-    messages = [m.model_dump(exclude_none=True) for m in prepared.chat.request.messages]
+    messages = template_messages(prepared.generation.conversation)
     assert messages == [
         {"role": "system", "content": "New."},  # instructions are not carried over
         {"role": "user", "content": "first question"},
@@ -221,7 +222,7 @@ def test_a_socket_local_store_holds_store_false_responses_for_its_owner_only() -
 
     first, follow = asyncio.run(go())
     assert len(local) == 1 and asyncio.run(service.retrieve(first["id"], None, local))
-    messages = [m.model_dump(exclude_none=True) for m in follow.chat.request.messages]
+    messages = template_messages(follow.generation.conversation)
     assert messages[0] == {"role": "user", "content": "hidden"}
     # the shared store never saw it
     with pytest.raises(ResponseNotFoundError):

@@ -1,12 +1,18 @@
-"""Items -> chat messages: the prompt a Responses conversation renders."""
+"""Items -> the neutral conversation -> template messages: the prompt a Responses
+conversation renders, through the one conversion every API shares."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from realtime.dialects.responses.conversation import chat_messages
+from realtime.chat.conversation import answer_items, template_messages
+from realtime.dialects.responses.build import responses_conversation
 from realtime.dialects.responses.items import normalize_input
 from realtime.protocol.output import ParsedOutput, ParsedToolCall
+
+
+def chat_messages(items: list[dict[str, Any]], instructions: str | None) -> list[dict[str, Any]]:
+    return template_messages(responses_conversation(items, instructions))
 
 
 def call(call_id: str, name: str = "f", arguments: str = "{}") -> dict[str, str]:
@@ -30,7 +36,7 @@ def test_messages_keep_their_roles_and_parts() -> None:
     assert chat_messages(items, "sys") == [
         {"role": "system", "content": "sys"},
         {"role": "developer", "content": "dev"},
-        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        {"role": "user", "content": "a\nb"},
         {"role": "assistant", "content": "reply"},
     ]
 
@@ -54,15 +60,15 @@ def test_consecutive_calls_are_one_assistant_turn_and_outputs_are_tool_messages(
     messages = chat_messages(items, None)
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool", "assistant"]
     turn = messages[1]
-    assert turn["content"] is None and turn["reasoning_content"] == "r"
+    assert "content" not in turn and turn["reasoning_content"] == "r"
     assert [c["id"] for c in turn["tool_calls"]] == ["c1", "c2"]
-    assert turn["tool_calls"][1]["function"] == {"name": "mul", "arguments": '{"b": 2}'}
+    assert turn["tool_calls"][1]["function"] == {"name": "mul", "arguments": {"b": 2}}
     assert messages[2] == {"role": "tool", "tool_call_id": "c1", "content": "1"}
 
 
 def test_an_answer_renders_as_the_chat_api_sends_it_back() -> None:
-    """Output items -> the same message `assistant_message` makes of the parsed answer
-    (the one a speculative warm-up renders), so the two prompts share their prefix."""
+    """Output items -> the same message the parsed answer renders as (the one a
+    speculative warm-up renders), so the two prompts share their prefix."""
     parsed = ParsedOutput(
         content="Checking.",
         reasoning="thinking",
@@ -91,11 +97,11 @@ def test_an_answer_renders_as_the_chat_api_sends_it_back() -> None:
             "status": "completed",
         },
     ]
-    assert chat_messages(output, None) == [assistant_message(parsed)]
+    assert chat_messages(output, None) == template_messages(answer_items(parsed))
     only_calls = ParsedOutput(tool_calls=parsed.tool_calls)
-    assert chat_messages(output[2:], None) == [assistant_message(only_calls)]
+    assert chat_messages(output[2:], None) == template_messages(answer_items(only_calls))
     only_text = ParsedOutput(content="Checking.")
-    assert chat_messages(output[1:2], None) == [assistant_message(only_text)]
+    assert chat_messages(output[1:2], None) == template_messages(answer_items(only_text))
 
 
 def test_reasoning_falls_back_to_its_summary() -> None:
@@ -114,20 +120,3 @@ def test_reasoning_falls_back_to_its_summary() -> None:
     assert chat_messages(items, None) == [
         {"role": "assistant", "content": "a", "reasoning_content": "s1\ns2"}
     ]
-
-
-def assistant_message(output: ParsedOutput) -> dict[str, Any]:
-    """The chat message a client sends back for a parsed answer (content null when the
-    answer is only tool calls, reasoning as `reasoning_content`, arguments as JSON text)."""
-    message: dict[str, Any] = {
-        "role": "assistant",
-        "content": output.content if output.content or not output.tool_calls else None,
-    }
-    if output.reasoning:
-        message["reasoning_content"] = output.reasoning
-    if output.tool_calls:
-        message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in output.tool_calls
-        ]
-    return message
