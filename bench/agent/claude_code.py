@@ -65,9 +65,12 @@ class ClaudeCodeMessages:
         self.script, self.settings, self.form = script, settings, form
         self.session = str(uuid.uuid4())
         self.messages: list[dict[str, Any]] = [
-            {"role": "user", "content": [{"type": "text", "text": form.task}]},
-            {"role": "system", "content": [{"type": "text", "text": ENVIRONMENT}]},
+            {"role": "user", "content": [{"type": "text", "text": form.task}]}
         ]
+        if form.system_turn:
+            self.messages.append(
+                {"role": "system", "content": [{"type": "text", "text": ENVIRONMENT}]}
+            )
 
     async def turn(self, index: int) -> TurnTiming:
         if index:
@@ -157,8 +160,9 @@ class ClaudeCodeChat:
             # billing line out: the same system text
             {"role": "system", "content": form.head + "\n" + form.body},
             {"role": "user", "content": form.task},
-            {"role": "system", "content": ENVIRONMENT},
         ]
+        if form.system_turn:
+            self.messages.append({"role": "system", "content": ENVIRONMENT})
 
     async def turn(self, index: int) -> TurnTiming:
         if index:

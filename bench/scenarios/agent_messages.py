@@ -71,12 +71,26 @@ class Params:
     system_lines: int
     tool_seconds: float
     model: str
+    #: the chat template's flavour: Llama 3's renders a system turn where it is sent
+    template: str = "llama3"
+    #: Claude Code's system turn after the first user turn (ChatML's template refuses it)
+    system_turn: bool = True
     threads: int = 1
 
     @classmethod
     def for_mode(cls, quick: bool) -> Params:
         if quick:
-            return cls(turns=4, answer_tokens=8, system_lines=50, tool_seconds=0.1, model="tiny")
+            # agent_loop's tiny model (built once per run) and no system turn: its ChatML
+            # template refuses one there
+            return cls(
+                turns=4,
+                answer_tokens=8,
+                system_lines=50,
+                tool_seconds=0.1,
+                model="tiny",
+                template="chatml",
+                system_turn=False,
+            )
         return cls(turns=20, answer_tokens=32, system_lines=90, tool_seconds=0.5, model="small")
 
 
@@ -84,7 +98,7 @@ def _model_dir(ctx: RunContext, params: Params) -> Path:
     from realtime.testing.tiny_model import ModelSize, cached_tiny_model
 
     size = ModelSize(**SIZES[params.model])
-    return cached_tiny_model(ctx.scratch / "models", size=size, template="llama3")
+    return cached_tiny_model(ctx.scratch / "models", size=size, template=params.template)
 
 
 def _server(ctx: RunContext, name: str, model_dir: Path, params: Params) -> ServerProcess:
@@ -117,7 +131,7 @@ async def _run_variant(
     variant: str, ports: dict[str, int], agent: AgentScript, params: Params
 ) -> list[TurnTiming]:
     settings = Settings(MODEL_NAME, params.answer_tokens, warm=False)
-    form = shape(agent)
+    form = shape(agent, system_turn=params.system_turn)
     kind = ClaudeCodeMessages if variant == MESSAGES else ClaudeCodeChat
     transport = kind(f"http://127.0.0.1:{ports[variant]}", agent, settings, form)
     timings = []
