@@ -11,7 +11,7 @@
 * docs/openapi.json: the HTTP routes (from the app's route table) with the
   request and response schemas generated from the pydantic models;
 * docs/asyncapi.yaml: /v1/realtime, with one message per frame type generated
-  from `realtime.protocol.frame_models`.
+  from `realtime.dialects.chat.frame_models`.
 
 The tests run the check, so a change to a model, a route, a state table or a
 default that is not reflected in the docs fails the build.
@@ -36,6 +36,10 @@ from realtime import __version__
 from realtime.config import ServerConfig
 from realtime.config.flags import FLAGS, GROUPS, Flag
 from realtime.config.values import Integer, Number
+from realtime.dialects.chat.completions import CompletionRequest, TextCompletion
+from realtime.dialects.chat.frame_models import CLIENT_FRAMES, SERVER_FRAMES
+from realtime.dialects.chat.request import ChatCompletionRequest
+from realtime.dialects.chat.response import ChatCompletion, ChatCompletionChunk, ErrorBody
 from realtime.dialects.chat.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -62,10 +66,6 @@ from realtime.dialects.responses.schemas import (
 from realtime.dialects.responses.schemas import Response as ResponseObject
 from realtime.dialects.responses.tools import FunctionTool
 from realtime.http.schemas import Health, ModelList, Readiness, ServedModel
-from realtime.protocol.completions import CompletionRequest, TextCompletion
-from realtime.protocol.frame_models import CLIENT_FRAMES, SERVER_FRAMES
-from realtime.protocol.request import ChatCompletionRequest
-from realtime.protocol.response import ChatCompletion, ChatCompletionChunk, ErrorBody
 from realtime.protocol.states import REQUEST, SETUP, SOCKET
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

@@ -29,8 +29,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "realtime"
 LAYERS: list[set[str]] = [
     # wire models and rules; the version
     {"realtime", "protocol"},
-    # logs and metrics, the client library
-    {"observability", "client"},
+    # logs and metrics
+    {"observability"},
     # what every layer knows about the model: ModelInfo, tokenizer, template, outputs
     {"model"},
     # the grammar engine (llguidance): schemas as grammars, token masks, per-sequence
@@ -61,6 +61,9 @@ LAYERS: list[set[str]] = [
         "dialects.realtime_events",
         "dialects.messages",
     },
+    # the Python client library (it reads the chat dialect's wire models; nothing of the
+    # server imports it)
+    {"client"},
     # server settings and the flags that set them
     {"config"},
     # the transports
@@ -76,7 +79,8 @@ LAYERS: list[set[str]] = [
     {"__main__"},
 ]
 
-#: (importer, imported) pairs allowed on one layer: none.
+#: (importer, imported) pairs allowed on one layer: none (a pair no module needs any more
+#: fails the test below, so an allowance cannot outlive its reason).
 FOR_NOW: set[tuple[str, str]] = set()
 
 #: (importer, imported) pairs ruled out even where the layers would allow them.
@@ -178,6 +182,16 @@ def package_modules() -> list[tuple[str, str]]:
 
 def test_every_import_respects_the_layers() -> None:
     assert violations(package_modules()) == []
+
+
+def test_every_allowance_for_now_is_still_used() -> None:
+    used = {
+        (unit_of(module), unit_of(target))
+        for module, source in package_modules()
+        for target, _ in imports(runtime_source(source, module), module)
+        if target.startswith("realtime.")
+    }
+    assert FOR_NOW <= used, f"no longer needed, remove from FOR_NOW: {FOR_NOW - used}"
 
 
 def test_every_top_level_module_and_package_has_a_layer() -> None:
@@ -346,3 +360,40 @@ def test_the_twin_check_catches_a_twin() -> None:
         "    def peek_now(self): ...\n"
     )
     assert sync_twins(source) == ["S.put_now", "S.chain_sync", "S.peek_now"]
+
+
+#: The one conversion from conversation items to chat-template messages.
+CONVERSION = "realtime.chat.conversation"
+
+
+def message_builders(source: str) -> list[str]:
+    """What in `source` builds chat-template messages: a function named `*_messages`, or a
+    dict display of a message answering a tool call (`role` and `tool_call_id`)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.endswith(
+            "messages"
+        ):
+            found.append(f"def {node.name}")
+        elif isinstance(node, ast.Dict):
+            keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+            if {"role", "tool_call_id"} <= keys:
+                found.append(f"a tool message at line {node.lineno}")
+    return found
+
+
+def test_no_function_converting_items_to_template_messages_is_defined_twice() -> None:
+    """Every API renders its conversation through `template_messages`, so the same
+    conversation is one prompt whichever API carried it (the template's own adapter,
+    `model/template.prepare_messages`, and the client library's history are not
+    conversions of items)."""
+    exempt = {CONVERSION, "realtime.model.template", "realtime.client.repl"}
+    found = [
+        f"{module}: {builder}"
+        for module, source in package_modules()
+        if module not in exempt
+        for builder in message_builders(source)
+    ]
+    assert found == []
+    conversion = dict(package_modules())[CONVERSION]
+    assert message_builders(conversion)[0] == "def template_messages"  # really read

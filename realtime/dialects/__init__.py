@@ -12,6 +12,6 @@ translated through another's JSON.
 Each socket dialect turns its frames into the session core's commands, the core's
 answers into its frames and a started request into a job (`realtime.session`); a
 selector claims the handshakes that ask for it. No dialect imports another (for
-now, Responses and the Realtime events still run their requests through chat's
-`ChatRun`: the layer test names those two exceptions).
+now the Realtime events still run their responses as chat's `ChatJob`: the layer
+test names that one exception).
 """

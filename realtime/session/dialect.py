@@ -93,6 +93,12 @@ class Dialect(Protocol):
         the request's own; it may be changed and sent as is."""
         ...
 
+    def fold(self, held: Frame, frame: Frame) -> bool:
+        """Fold `frame` into `held`, the same request's last output frame still waiting
+        for a slow reader (in place), when the client cannot tell the difference (two
+        text deltas of one item); True if folded, False (nothing changed) otherwise."""
+        ...
+
     def render_done(self, request: RequestRecord, status: DoneStatus) -> Sequence[Frame]:
         """The request's terminal frames when it completed or was cancelled.
         `request.job` is its job (None if it never ran)."""

@@ -133,6 +133,7 @@ class RealtimeSession:
             on_sent=self._count_sent,
             on_gone=self._peer_gone,
             clock=loop.time,
+            fold=self.dialect.fold,
             writable=writable.is_set if writable is not None else None,
         )
         #: The request tasks, by request id.

@@ -67,7 +67,7 @@ from realtime.protocol.generation_request import (
     Stopping,
 )
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits, check_stop_strings
-from realtime.protocol.request import validation_error_to_client
+from realtime.protocol.validation import validation_error_to_client
 
 #: What Claude Code's first system text starts with (its billing line).
 BILLING_HEADER = "x-anthropic-billing-header:"

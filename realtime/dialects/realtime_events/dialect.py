@@ -20,7 +20,7 @@ from typing import Any
 from realtime.dialects.realtime_events.errors import error_event
 from realtime.dialects.realtime_events.job import ResponseJob
 from realtime.dialects.realtime_events.limits import DEFAULT_EVENT_LIMITS, EventLimits
-from realtime.dialects.realtime_events.render import ResponseRenderer
+from realtime.dialects.realtime_events.render import ResponseRenderer, fold_delta
 from realtime.dialects.realtime_events.session_state import (
     CancelResponse,
     EventSession,
@@ -137,6 +137,10 @@ class RealtimeEventDialect:
         assert isinstance(item, Finish)
         renderer.ended_with(item.reason)
         return ()
+
+    def fold(self, held: Frame, frame: Frame) -> bool:
+        """Two text deltas of one item fold (`render.fold_delta`)."""
+        return fold_delta(held, frame)
 
     def render_done(self, request: RequestRecord, status: DoneStatus) -> Sequence[Frame]:
         renderer = self._renderer(request)

@@ -40,6 +40,28 @@ Status = Literal["completed", "cancelled", "failed", "incomplete"]
 ItemSink = Callable[[dict[str, Any]], str | None]
 
 
+#: The events whose `delta` concatenates: a slow reader may get two as one.
+_DELTAS = frozenset({"response.output_text.delta", "response.function_call_arguments.delta"})
+
+
+def fold_delta(held: dict[str, Any], event: dict[str, Any]) -> bool:
+    """Append `event`'s delta to `held` (in place) when both are deltas of one item and
+    nothing else differs; True when folded (the folded event keeps the first
+    `event_id`: ids are unique, not consecutive)."""
+    kind = event.get("type")
+    if (
+        kind not in _DELTAS
+        or held.get("type") != kind
+        or held.keys() != event.keys()
+        or held.get("item_id") != event.get("item_id")
+        or held.get("response_id") != event.get("response_id")
+        or held.get("output_index") != event.get("output_index")
+    ):
+        return False
+    held["delta"] += event["delta"]
+    return True
+
+
 def realtime_usage(usage: Usage | None) -> dict[str, Any]:
     """An answer's usage in the Realtime spelling (text tokens only; cached input kept)."""
     prompt = usage.prompt_tokens if usage is not None else 0

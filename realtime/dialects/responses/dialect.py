@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from realtime.dialects.responses.events import fold_delta
 from realtime.dialects.responses.service import ResponsesService
 from realtime.dialects.responses.socket_codec import (
     DEFAULT_MAX_AGE_SECONDS,
@@ -186,6 +187,10 @@ class ResponsesDialect:
         if item["type"] == "response.created":  # errors about it go to its lane
             self.codec.started(item["response"]["id"], turn.stream_id)
         return (self.codec.render(item, turn.stream_id),)
+
+    def fold(self, held: Frame, frame: Frame) -> bool:
+        """Two text deltas of one item fold (`events.fold_delta`)."""
+        return fold_delta(held, frame)
 
     def render_done(self, request: RequestRecord, status: DoneStatus) -> Sequence[Frame]:
         turn: _Turn = request.context

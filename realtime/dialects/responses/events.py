@@ -83,6 +83,39 @@ def socket_error_event(
     return event
 
 
+#: The events whose `delta` concatenates: a slow reader may get two as one.
+_DELTAS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.reasoning_text.delta",
+        "response.function_call_arguments.delta",
+    }
+)
+
+
+def fold_delta(held: dict[str, Any], event: dict[str, Any]) -> bool:
+    """Append `event`'s delta to `held` (in place) when both are deltas of one item's
+    text and nothing else differs; True when folded. The folded event keeps the later
+    `sequence_number`, so the numbers still grow (with a gap where one was folded away,
+    as a client resuming `starting_after` expects)."""
+    kind = event.get("type")
+    if (
+        kind not in _DELTAS
+        or held.get("type") != kind
+        or held.keys() != event.keys()
+        or held.get("item_id") != event.get("item_id")
+        or held.get("output_index") != event.get("output_index")
+        or held.get("content_index") != event.get("content_index")
+        or held.get("stream_id") != event.get("stream_id")
+    ):
+        return False
+    held["delta"] += event["delta"]
+    if "logprobs" in event:
+        held["logprobs"] = [*held["logprobs"], *event["logprobs"]]
+    held["sequence_number"] = event["sequence_number"]
+    return True
+
+
 def responses_usage(usage: Usage | None, reasoning_tokens: int = 0) -> dict[str, Any]:
     """An answer's usage in the Responses spelling.
 

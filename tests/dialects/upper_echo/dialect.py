@@ -84,6 +84,13 @@ class UpperEchoDialect:
             text = "".join(e.text for e in item.events if isinstance(e, ContentDelta))
         return ({"type": "upper.delta", "id": request.id, "text": text.upper()},) if text else ()
 
+    def fold(self, held: Frame, frame: Frame) -> bool:
+        """A slow reader gets two deltas of one request as one."""
+        if held.get("type") != "upper.delta" or frame.get("type") != "upper.delta":
+            return False
+        held["text"] += frame["text"]
+        return True
+
     def render_done(self, request: RequestRecord, status: DoneStatus) -> Sequence[Frame]:
         usage = request.job.usage() if request.job is not None else None
         tokens = usage["completion_tokens"] if usage else 0
