@@ -83,9 +83,9 @@ class Params:
             # agent_loop's tiny model (built once per run) and no system turn: its ChatML
             # template refuses one there
             return cls(
-                turns=4,
-                answer_tokens=8,
-                system_lines=50,
+                turns=3,
+                answer_tokens=4,
+                system_lines=30,
                 tool_seconds=0.1,
                 model="tiny",
                 template="chatml",

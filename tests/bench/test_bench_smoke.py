@@ -37,6 +37,10 @@ SCENARIOS = (
 STATUSES = {"pass", "miss", "n/a"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
+#: A guard against a hang, not a measurement: the quick run starts a dozen servers (two
+#: agent loops' among them), which takes minutes on a busy machine.
+pytestmark = pytest.mark.timeout(420)
+
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -46,7 +50,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=200,
+        timeout=400,
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
     return out
