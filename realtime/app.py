@@ -23,9 +23,11 @@ from realtime.asgi.access import OPEN_PATHS, AccessGuard
 from realtime.asgi.auth import ApiKeys, OriginPolicy
 from realtime.asgi.lifecycle import Lifecycle
 from realtime.asgi.lifespan_errors import OneLineLifespanErrors
+from realtime.asgi.responses import ERROR_BODIES
 from realtime.config import ServerConfig, constraint_limits, input_limits
 from realtime.config.values import store_url_refusal
 from realtime.dialects.chat.selector import chat_frames
+from realtime.dialects.messages.errors import error_body as anthropic_error_body
 from realtime.dialects.realtime_events.limits import EventLimits
 from realtime.dialects.realtime_events.selector import realtime_events
 from realtime.dialects.responses import ResponsesService
@@ -40,6 +42,7 @@ from realtime.engine.snapshot import ReportsSnapshot
 from realtime.http.chat_completions import chat_completions
 from realtime.http.completions import completions
 from realtime.http.errors import handle_http_exception, handle_realtime_error, openai_errors
+from realtime.http.messages import anthropic_errors, count_message_tokens, create_message
 from realtime.http.metrics import metrics as metrics_route
 from realtime.http.models import get_model, health, list_models, ready
 from realtime.http.observe import HttpObserver
@@ -205,6 +208,10 @@ def routes() -> list[BaseRoute]:
         Route(
             "/v1/responses/{response_id}/cancel", openai_errors(cancel_response), methods=["POST"]
         ),
+        Route("/v1/messages", anthropic_errors(create_message), methods=["POST"]),
+        Route(
+            "/v1/messages/count_tokens", anthropic_errors(count_message_tokens), methods=["POST"]
+        ),
         Route("/v1/models", openai_errors(list_models), methods=["GET"]),
         Route("/tokenize", openai_errors(tokenize_route), methods=["POST"]),
         Route("/detokenize", openai_errors(detokenize_route), methods=["POST"]),
@@ -265,6 +272,8 @@ def build_app(
     ui = ui_routes() if config.ui else []
     sockets = socket_routes(ServerParts(config, pipeline, responses), protocols)
     table = [*routes(), *sockets, *ui]
+    # The Messages API's errors in Anthropic's body, also where no route has run yet.
+    ERROR_BODIES["/v1/messages"] = anthropic_error_body
     #: Paths served without a key (and without the Origin check); add to it at will.
     #: The page loads before its user has typed a key; its API calls still need one.
     open_paths = set(OPEN_PATHS) | {route.path for route in ui}

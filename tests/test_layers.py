@@ -54,7 +54,13 @@ LAYERS: list[set[str]] = [
     {"asgi"},
     # the wire protocols, one package each (codec, dialect, handshake selector); no
     # dialect imports another
-    {"dialects", "dialects.chat", "dialects.responses", "dialects.realtime_events"},
+    {
+        "dialects",
+        "dialects.chat",
+        "dialects.responses",
+        "dialects.realtime_events",
+        "dialects.messages",
+    },
     # the Python client library (it reads the chat dialect's wire models; nothing of the
     # server imports it)
     {"client"},

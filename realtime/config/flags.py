@@ -48,6 +48,7 @@ GROUPS = (
     "exllamav2 engine",
     "access",
     "limits",
+    "messages",
     "responses",
 )
 
@@ -761,6 +762,15 @@ FLAGS: tuple[Flag, ...] = (
             " without `max_tokens` the answer stops there (`length`). Default: the model's"
             " context",
         ),
+    ),
+    # --- messages (/v1/messages) --------------------------------------------------------
+    Flag(
+        "--keep-billing-header",
+        "messages",
+        "keep Claude Code's `x-anthropic-billing-header` system text in the prompt (left"
+        " out by default: it changes every session, and would end the shared prefix there)",
+        field="keep_billing_header",
+        kind="switch",
     ),
     # --- responses (/v1/responses) ------------------------------------------------------
     Flag(

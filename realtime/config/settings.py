@@ -95,6 +95,11 @@ class ServerConfig:
     #: continuations); beyond it the oldest go. 0 = no limit.
     responses_ws_memory_bytes: int = 64 * 1024 * 1024
 
+    # /v1/messages
+    #: Keep Claude Code's first system text (`x-anthropic-billing-header: ...`, which
+    #: changes every session) in the prompt; left out by default so sessions share a prefix.
+    keep_billing_header: bool = False
+
     # both transports
     max_tokens_cap: int | None = None
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH

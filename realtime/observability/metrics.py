@@ -192,22 +192,25 @@ class RequestTimer:
     def chunk(self, chunk: dict[str, Any]) -> None:
         choices = chunk.get("choices")
         if not choices:
-            return
-        # A chat chunk's delta, or a text completion's text.
-        choice = choices[0]
-        delta = choice.get("delta")
-        if not (
-            (
-                delta
-                and (
-                    delta.get("content")
-                    or delta.get("reasoning_content")
-                    or delta.get("tool_calls")
+            # An Anthropic Messages event: a block's delta is output.
+            if chunk.get("type") != "content_block_delta":
+                return
+        else:
+            # A chat chunk's delta, or a text completion's text.
+            choice = choices[0]
+            delta = choice.get("delta")
+            if not (
+                (
+                    delta
+                    and (
+                        delta.get("content")
+                        or delta.get("reasoning_content")
+                        or delta.get("tool_calls")
+                    )
                 )
-            )
-            or choice.get("text")
-        ):
-            return
+                or choice.get("text")
+            ):
+                return
         now = perf_counter()
         last = self._last
         self._last = now

@@ -53,6 +53,7 @@ from realtime.pipeline.speculative import NextTurn, SpeculativePrefill
 from realtime.protocol.errors import (
     EngineError,
     InvalidRequestError,
+    PromptTooLongError,
     ToolChoiceNotSatisfiedError,
     UnsupportedFeatureError,
 )
@@ -161,7 +162,12 @@ class ChatPipeline:
             request,
             [prompt_ids],
             [request_id],
-            ask=OutputAsk(limit, explicit=request.max_tokens_explicit, field=paths.max_tokens),
+            ask=OutputAsk(
+                limit,
+                explicit=request.max_tokens_explicit,
+                field=paths.max_tokens,
+                clamp=request.max_tokens_clamp,
+            ),
             overflow=lambda overflow: _overflow(overflow, paths),
             logprobs=request.logprobs,
             session_id=session_id,
@@ -360,11 +366,12 @@ class ChatPipeline:
 
 def _overflow(overflow: PromptOverflow, paths: FieldPaths) -> InvalidRequestError:
     if overflow.room <= 0:
-        return InvalidRequestError(
+        return PromptTooLongError(
             f"the prompt is {overflow.prompt_tokens} tokens; the model's context is "
             f"{overflow.context_length} tokens",
+            prompt_tokens=overflow.prompt_tokens,
+            context_length=overflow.context_length,
             param=paths.input,
-            code="context_length_exceeded",
         )
     return InvalidRequestError(
         f"{overflow.field} is {overflow.asked} but only {overflow.room} tokens fit after the "
