@@ -203,6 +203,7 @@ class ChatPipeline:
             tool_parser=self.tool_parser,
             output=output,
             paths=paths,
+            thinking_budget=request.thinking_budget,
         )
         warm = conversation is not None and request.speculative_prefill and self.speculative.enabled
         return PreparedChat(

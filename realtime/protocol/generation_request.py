@@ -103,6 +103,9 @@ class GenerationRequest:
     #: the model's reasoning on or off, through the template's switch (`enable_thinking`;
     #: `template_kwargs` win over it); None: the template's default
     thinking: bool | None = None
+    #: reasoning tokens after which the reasoning block is closed (engines that constrain,
+    #: templates whose reasoning markers are single tokens); None: no budget
+    thinking_budget: int | None = None
     #: the answer's token limit as asked (None: what fits); `explicit`: the client set it
     max_tokens: int | None = None
     max_tokens_explicit: bool = False

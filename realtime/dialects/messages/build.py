@@ -149,6 +149,7 @@ def messages_generation(
     choice, parallel = _tool_choice(request.tool_choice, tools)
     format_, paths = _format(request)
     thinking = request.thinking
+    budget: int | None = None
     max_tokens: int | None = None
     sampling, stopping = Sampling(), Stopping()
     if isinstance(request, MessagesRequest):
@@ -177,6 +178,7 @@ def messages_generation(
         parallel_tool_calls=parallel,
         format=format_,
         thinking=None if thinking is None else thinking.type != "disabled",
+        thinking_budget=budget,
         max_tokens=max_tokens,
         max_tokens_explicit=max_tokens is not None,
         max_tokens_clamp=True,
