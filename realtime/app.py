@@ -23,9 +23,11 @@ from realtime.asgi.access import OPEN_PATHS, AccessGuard
 from realtime.asgi.auth import ApiKeys, OriginPolicy
 from realtime.asgi.lifecycle import Lifecycle
 from realtime.asgi.lifespan_errors import OneLineLifespanErrors
+from realtime.asgi.responses import ERROR_BODIES
 from realtime.config import ServerConfig, constraint_limits, input_limits
 from realtime.config.values import store_url_refusal
 from realtime.dialects.chat.selector import chat_frames
+from realtime.dialects.messages.errors import error_body as anthropic_error_body
 from realtime.dialects.realtime_events.limits import EventLimits
 from realtime.dialects.realtime_events.selector import realtime_events
 from realtime.dialects.responses import ResponsesService
@@ -33,10 +35,14 @@ from realtime.dialects.responses.dialect import SocketLimits
 from realtime.dialects.responses.selector import responses_mode
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
-from realtime.engine.registry import build_engine, resolve_engine
+from realtime.engine.process.proxy import EngineProxy
+from realtime.engine.process.spec import SINGLE_PROCESS_ONLY, EngineSpec, runs_in_process
+from realtime.engine.registry import EngineSource, build_engine, resolve_engine
+from realtime.engine.snapshot import ReportsSnapshot
 from realtime.http.chat_completions import chat_completions
 from realtime.http.completions import completions
 from realtime.http.errors import handle_http_exception, handle_realtime_error, openai_errors
+from realtime.http.messages import anthropic_errors, count_message_tokens, create_message
 from realtime.http.metrics import metrics as metrics_route
 from realtime.http.models import get_model, health, list_models, ready
 from realtime.http.observe import HttpObserver
@@ -50,6 +56,7 @@ from realtime.http.responses import (
 from realtime.http.tokenize import detokenize_route, tokenize_route
 from realtime.http.ui import ui_routes
 from realtime.observability.metrics import Metrics
+from realtime.observability.vllm_metrics import VllmMetrics
 from realtime.pipeline import ChatPipeline
 from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.errors import RealtimeError
@@ -62,9 +69,8 @@ from realtime.ws.hub import SessionHub
 log = logging.getLogger("realtime")
 
 
-def engine_from_config(config: ServerConfig) -> Engine:
-    """Build (not start) the configured engine; ValueError/ImportError say what is wrong
-    (`EngineLoadError`, a ValueError, for engines from outside the package)."""
+def _engine_options(config: ServerConfig) -> tuple[EngineSource, dict[str, Any]]:
+    """The engine the config names (`auto` chosen here) and its factory's keywords."""
     name = config.engine
     if name == "auto":
         name, reason = choose_engine()
@@ -84,6 +90,33 @@ def engine_from_config(config: ServerConfig) -> Engine:
         if config.chat_template:
             options["chat_template"] = config.chat_template
     options.update(config.engine_options)
+    return source, options
+
+
+def engine_process_spec(config: ServerConfig) -> EngineSpec | None:
+    """What the engine process builds, or None when the engine runs in the server's
+    process (`--engine-process`); ValueError for a combination that cannot be."""
+    source, options = _engine_options(config)
+    if not runs_in_process(source.name, config.engine_process):
+        if config.api_servers > 1 and source.name not in SINGLE_PROCESS_ONLY:
+            raise ValueError(
+                "--api-servers above 1 needs the engine in a process of its own"
+                " (or the echo or scripted engine, which each front end runs itself)"
+            )
+        return None
+    return EngineSpec(source.name, options, log_level=config.log_level)
+
+
+def engine_from_config(config: ServerConfig, *, engine_address: str | None = None) -> Engine:
+    """Build (not start) the configured engine; ValueError/ImportError say what is wrong
+    (`EngineLoadError`, a ValueError, for engines from outside the package).
+
+    With the engine in a process of its own (`--engine-process`) this is the proxy
+    that starts that process, or with `engine_address` attaches to one running."""
+    spec = engine_process_spec(config)
+    if spec is not None:
+        return EngineProxy(spec, address=engine_address)
+    source, options = _engine_options(config)
     return build_engine(source, **options)
 
 
@@ -177,6 +210,10 @@ def routes() -> list[BaseRoute]:
         Route(
             "/v1/responses/{response_id}/cancel", openai_errors(cancel_response), methods=["POST"]
         ),
+        Route("/v1/messages", anthropic_errors(create_message), methods=["POST"]),
+        Route(
+            "/v1/messages/count_tokens", anthropic_errors(count_message_tokens), methods=["POST"]
+        ),
         Route("/v1/models", openai_errors(list_models), methods=["GET"]),
         Route("/tokenize", openai_errors(tokenize_route), methods=["POST"]),
         Route("/detokenize", openai_errors(detokenize_route), methods=["POST"]),
@@ -205,10 +242,21 @@ def build_app(
     engine: Engine | None = None,
     *,
     protocols: Sequence[SocketProtocol] = SOCKET_PROTOCOLS,
+    metrics: Metrics | None = None,
 ) -> Starlette:
     """The whole server as one ASGI app. Pass `engine` to serve one you built yourself,
-    `protocols` to speak other socket protocols than `SOCKET_PROTOCOLS`."""
+    `protocols` to speak other socket protocols than `SOCKET_PROTOCOLS`, and `metrics`
+    (a front end of several: its `FleetMetrics`)."""
     engine = engine if engine is not None else engine_from_config(config)
+    metrics = metrics if metrics is not None else Metrics()
+    # vLLM's metric names, for routers and autoscalers; the engine's state is read
+    # through its snapshot() at scrape time.
+    vllm = VllmMetrics(
+        metrics.registry,
+        engine.info.name,
+        engine.info.context_length,
+        engine.snapshot if isinstance(engine, ReportsSnapshot) else None,
+    )
     # Parser names are checked here, before anything listens (UnknownParserError is a
     # ValueError listing the valid names).
     pipeline = ChatPipeline(
@@ -219,21 +267,26 @@ def build_app(
         max_speculative=config.max_speculative,
         max_tokens_cap=config.max_tokens_cap,
         constraint_limits=constraint_limits(config),
+        meter=vllm,
     )
     responses = ResponsesService(pipeline, response_store(config), limits=input_limits(config))
-    metrics = Metrics()
     hub = SessionHub(config.max_connections)
     ui = ui_routes() if config.ui else []
     sockets = socket_routes(ServerParts(config, pipeline, responses), protocols)
     table = [*routes(), *sockets, *ui]
+    # The Messages API's errors in Anthropic's body, also where no route has run yet.
+    ERROR_BODIES["/v1/messages"] = anthropic_error_body
     #: Paths served without a key (and without the Origin check); add to it at will.
     #: The page loads before its user has typed a key; its API calls still need one.
     open_paths = set(OPEN_PATHS) | {route.path for route in ui}
+    if config.open_metrics:
+        open_paths.add("/metrics")
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await engine.start()
-        log.info("serving model %r on engine %s", engine.info.name, type(engine).__name__)
+        label = getattr(engine, "label", type(engine).__name__)  # a proxy names what it runs
+        log.info("serving model %r on engine %s", engine.info.name, label)
         try:
             yield
         finally:

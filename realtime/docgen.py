@@ -11,7 +11,7 @@
 * docs/openapi.json: the HTTP routes (from the app's route table) with the
   request and response schemas generated from the pydantic models;
 * docs/asyncapi.yaml: /v1/realtime, with one message per frame type generated
-  from `realtime.protocol.frame_models`.
+  from `realtime.dialects.chat.frame_models`.
 
 The tests run the check, so a change to a model, a route, a state table or a
 default that is not reflected in the docs fails the build.
@@ -36,12 +36,17 @@ from realtime import __version__
 from realtime.config import ServerConfig
 from realtime.config.flags import FLAGS, GROUPS, Flag
 from realtime.config.values import Integer, Number
+from realtime.dialects.chat.completions import CompletionRequest, TextCompletion
+from realtime.dialects.chat.frame_models import CLIENT_FRAMES, SERVER_FRAMES
+from realtime.dialects.chat.request import ChatCompletionRequest
+from realtime.dialects.chat.response import ChatCompletion, ChatCompletionChunk, ErrorBody
 from realtime.dialects.chat.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
     TokenizeRequest,
     TokenizeResponse,
 )
+from realtime.dialects.messages.models import CountTokensRequest, MessagesRequest
 from realtime.dialects.realtime_events.event_models import CLIENT_EVENTS_DOC, SERVER_EVENTS_DOC
 from realtime.dialects.responses.items import (
     FunctionCallItem,
@@ -61,10 +66,6 @@ from realtime.dialects.responses.schemas import (
 from realtime.dialects.responses.schemas import Response as ResponseObject
 from realtime.dialects.responses.tools import FunctionTool
 from realtime.http.schemas import Health, ModelList, Readiness, ServedModel
-from realtime.protocol.completions import CompletionRequest, TextCompletion
-from realtime.protocol.frame_models import CLIENT_FRAMES, SERVER_FRAMES
-from realtime.protocol.request import ChatCompletionRequest
-from realtime.protocol.response import ChatCompletion, ChatCompletionChunk, ErrorBody
 from realtime.protocol.states import REQUEST, SETUP, SOCKET
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -249,6 +250,45 @@ def http_routes(routes: list[BaseRoute]) -> list[tuple[str, str, Route]]:
     return found
 
 
+#: Anthropic's `Message` and stream events, described rather than modelled (the server
+#: builds them as plain dicts: `realtime/dialects/messages/render.py`).
+_ANTHROPIC_MESSAGE: dict[str, Any] = {
+    "type": "object",
+    "description": "Anthropic's Message: id, type `message`, role `assistant`, model,"
+    " content (`thinking`, `text`, `tool_use` blocks), stop_reason (`end_turn`,"
+    " `max_tokens`, `stop_sequence`, `tool_use`), stop_sequence, usage (input_tokens,"
+    " output_tokens, cache_read_input_tokens, cache_creation_input_tokens)",
+    "required": ["id", "type", "role", "model", "content", "stop_reason", "usage"],
+}
+_ANTHROPIC_EVENT: dict[str, Any] = {
+    "type": "object",
+    "description": "One Messages stream event; its `type` is also its SSE `event:` name",
+    "required": ["type"],
+}
+_ANTHROPIC_ERROR: dict[str, Any] = {
+    "type": "object",
+    "required": ["type", "error"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+        },
+    },
+}
+
+
+def _anthropic_errors(*statuses: str) -> dict[str, Any]:
+    return {
+        status: {
+            "description": _ERROR_STATUSES[status],
+            "content": {"application/json": {"schema": _ANTHROPIC_ERROR}},
+        }
+        for status in statuses
+    }
+
+
 def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
     models: list[tuple[type[BaseModel], JsonSchemaMode]] = [
         (ChatCompletionRequest, "validation"),
@@ -273,6 +313,8 @@ def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
         (DeletedResponse, "serialization"),
         (TokenizeRequest, "validation"),
         (TokenizeResponse, "serialization"),
+        (MessagesRequest, "validation"),
+        (CountTokensRequest, "validation"),
         (DetokenizeRequest, "validation"),
         (DetokenizeResponse, "serialization"),
     ]
@@ -388,6 +430,43 @@ def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
             " responses); 404 for an unknown id",
             "parameters": [_path_param("response_id")],
             "responses": {**errors("400", "401", "403", "404")},
+        },
+        ("/v1/messages", "post"): {
+            "summary": "Create a message (Anthropic's Messages API; Claude Code, the anthropic"
+            " SDKs)",
+            "description": "Any query string (`?beta=true`). The key as `x-api-key` or"
+            " `Authorization: Bearer`. `stream: false` (the default): one `Message`."
+            " `stream: true`: server-sent events, each `event: <type>` and `data: <event>`:"
+            " `message_start`, then per content block `content_block_start`,"
+            " `content_block_delta`s and `content_block_stop`, then `message_delta` and"
+            " `message_stop`; keep-alives are `ping` events, a late failure an `error`"
+            " event. Errors: Anthropic's body `{\"type\": \"error\", \"error\": {\"type\","
+            " \"message\"}}`.",
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": ref(MessagesRequest, "validation")}}},
+            "responses": {
+                "200": {
+                    "description": "The Message, or its events as server-sent events",
+                    "content": {
+                        "application/json": {"schema": _ANTHROPIC_MESSAGE},
+                        "text/event-stream": {"schema": _ANTHROPIC_EVENT},
+                    },
+                },
+                **_anthropic_errors("400", "401", "403", "404", "500", "503"),
+            },
+        },
+        ("/v1/messages/count_tokens", "post"): {
+            "summary": "Count a Messages request's prompt tokens, as generation renders it",
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": ref(CountTokensRequest, "validation")}}},
+            "responses": {
+                "200": json_body(
+                    {"type": "object", "required": ["input_tokens"],
+                     "properties": {"input_tokens": {"type": "integer"}}},
+                    "The prompt's tokens",
+                ),
+                **_anthropic_errors("400", "401", "403", "404", "503"),
+            },
         },
         ("/v1/models", "get"): {
             "summary": "List the served model",

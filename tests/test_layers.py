@@ -29,8 +29,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "realtime"
 LAYERS: list[set[str]] = [
     # wire models and rules; the version
     {"realtime", "protocol"},
-    # logs and metrics, the client library
-    {"observability", "client"},
+    # logs and metrics
+    {"observability"},
     # what every layer knows about the model: ModelInfo, tokenizer, template, outputs
     {"model"},
     # the grammar engine (llguidance): schemas as grammars, token masks, per-sequence
@@ -54,7 +54,16 @@ LAYERS: list[set[str]] = [
     {"asgi"},
     # the wire protocols, one package each (codec, dialect, handshake selector); no
     # dialect imports another
-    {"dialects", "dialects.chat", "dialects.responses", "dialects.realtime_events"},
+    {
+        "dialects",
+        "dialects.chat",
+        "dialects.responses",
+        "dialects.realtime_events",
+        "dialects.messages",
+    },
+    # the Python client library (it reads the chat dialect's wire models; nothing of the
+    # server imports it)
+    {"client"},
     # server settings and the flags that set them
     {"config"},
     # the transports
@@ -63,6 +72,8 @@ LAYERS: list[set[str]] = [
     {"app"},
     # running it: uvicorn with a draining shutdown; the generated documents
     {"server", "docgen"},
+    # several front ends on one engine process (--api-servers)
+    {"front_ends"},
     # the library API: serve an engine object (create_app, serve)
     {"api"},
     # the command line, and `python -m realtime`

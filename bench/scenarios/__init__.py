@@ -6,6 +6,7 @@ from types import ModuleType
 
 from bench.scenarios import (
     agent_loop,
+    agent_messages,
     cancel,
     concurrency,
     constrained,
@@ -31,6 +32,7 @@ MODULES: tuple[ModuleType, ...] = (
     hostile,
     soak,
     agent_loop,
+    agent_messages,
 )
 
 

@@ -23,11 +23,11 @@ from starlette.websockets import WebSocket
 from realtime.asgi.auth import (
     ApiKeys,
     OriginPolicy,
-    bearer_token,
     header,
+    presented_key,
     subprotocol_key,
 )
-from realtime.asgi.responses import error_response
+from realtime.asgi.responses import ErrorRenderer, error_response, error_response_for
 from realtime.observability.logs import event
 from realtime.observability.metrics import Metrics
 from realtime.protocol.credentials import has_query_credentials
@@ -95,7 +95,8 @@ class AccessGuard:
                 self.metrics.ws_handshakes.labels(error.code or "refused").inc()
             await deny_websocket(scope, receive, send, error)
         else:
-            await refusal(error)(scope, receive, send)
+            render = error_response_for(route_path(scope))
+            await refusal(error, render)(scope, receive, send)
 
     def check(self, scope: Scope) -> RealtimeError | None:
         headers = scope["headers"]
@@ -115,7 +116,7 @@ class AccessGuard:
             )
         if not self.keys.enabled:
             return None
-        presented = bearer_token(headers)
+        presented = presented_key(headers)
         if presented is None and scope["type"] == "websocket":
             presented = subprotocol_key(scope.get("subprotocols", ()))
         if presented is None:
@@ -129,8 +130,8 @@ class AccessGuard:
         return None
 
 
-def refusal(error: RealtimeError) -> Any:
-    response = error_response(error)
+def refusal(error: RealtimeError, render: ErrorRenderer = error_response) -> Any:
+    response = render(error)
     if error.status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="realtime"'
     if error.retryable and error.status == 503:

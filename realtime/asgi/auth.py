@@ -3,7 +3,8 @@
 Keys are compared in constant time (`hmac.compare_digest`, against every key, so
 the time taken does not say which key nearly matched) and are never logged or
 echoed. A key may arrive as `Authorization: Bearer <key>` (HTTP, and WebSocket
-clients that can set headers) or, for browsers, which cannot set headers on a
+clients that can set headers), as `x-api-key: <key>` (the Anthropic SDKs and
+Claude Code) or, for browsers, which cannot set headers on a
 WebSocket, as a subprotocol `realtime-key.<key>` offered next to `realtime`: the
 server selects `realtime` and never echoes the key. Query strings are never
 read: URLs end up in proxy logs and browser histories (which query parameters
@@ -92,6 +93,18 @@ def bearer_token(headers: Sequence[tuple[bytes, bytes]]) -> bytes | None:
         return None
     token = token.strip()
     return token or None
+
+
+def presented_key(headers: Sequence[tuple[bytes, bytes]]) -> bytes | None:
+    """The key a request presents: `Authorization: Bearer <key>`, else `x-api-key: <key>`
+    (how the Anthropic SDKs and Claude Code send it)."""
+    token = bearer_token(headers)
+    if token is not None:
+        return token
+    value = header(headers, b"x-api-key")
+    if value is None:
+        return None
+    return value.strip() or None
 
 
 def subprotocol_key(subprotocols: Sequence[str]) -> bytes | None:

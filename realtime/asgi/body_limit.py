@@ -15,7 +15,8 @@ import asyncio
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from realtime.asgi.responses import error_response
+from realtime.asgi.access import route_path
+from realtime.asgi.responses import error_response_for
 from realtime.protocol.errors import InvalidRequestError, RequestTimeoutError, RequestTooLargeError
 
 
@@ -30,6 +31,7 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = self.max_body_bytes
+        error_response = error_response_for(route_path(scope))
         length = _content_length(scope["headers"])
         if length == -1:
             await error_response(InvalidRequestError("invalid Content-Length"))(

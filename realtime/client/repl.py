@@ -102,7 +102,7 @@ from realtime.client.terminal import (
     input_with_text,
 )
 from realtime.client.types import ClientEvent, ReconnectPolicy, ToolCall, fold_tool_calls
-from realtime.protocol.response import ChatCompletionChunk
+from realtime.dialects.chat.response import ChatCompletionChunk
 
 __all__ = [
     "DEFAULT_URL",

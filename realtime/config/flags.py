@@ -48,6 +48,7 @@ GROUPS = (
     "exllamav2 engine",
     "access",
     "limits",
+    "messages",
     "responses",
 )
 
@@ -158,6 +159,23 @@ FLAGS: tuple[Flag, ...] = (
         value=engine_option,
         metavar="KEY=VALUE",
         kind="repeat",
+    ),
+    Flag(
+        "--engine-process",
+        "server",
+        "run the engine in a process of its own (default %(default)s: on for the cpu and"
+        " exllamav2 engines, off for echo, scripted and plug-ins; echo and scripted are"
+        " always off)",
+        field="engine_process",
+        choices=("auto", "on", "off"),
+    ),
+    Flag(
+        "--api-servers",
+        "server",
+        "front-end processes sharing the port and one engine process (default"
+        " %(default)s; more than 1 needs the engine in its own process)",
+        field="api_servers",
+        value=Integer(1, 64),
     ),
     Flag(
         "--model-name",
@@ -424,6 +442,14 @@ FLAGS: tuple[Flag, ...] = (
         field="allowed_origins",
         metavar="ORIGIN",
         kind="repeat",
+    ),
+    Flag(
+        "--open-metrics",
+        "access",
+        "serve GET /metrics without an API key, for the routers and autoscalers that scrape"
+        " it with none (it shows load and counts, never a request's content)",
+        field="open_metrics",
+        kind="switch",
     ),
     Flag(
         "--forwarded-allow-ips",
@@ -765,6 +791,15 @@ FLAGS: tuple[Flag, ...] = (
             " without `max_tokens` the answer stops there (`length`). Default: the model's"
             " context",
         ),
+    ),
+    # --- messages (/v1/messages) --------------------------------------------------------
+    Flag(
+        "--keep-billing-header",
+        "messages",
+        "keep Claude Code's `x-anthropic-billing-header` system text in the prompt (left"
+        " out by default: it changes every session, and would end the shared prefix there)",
+        field="keep_billing_header",
+        kind="switch",
     ),
     # --- responses (/v1/responses) ------------------------------------------------------
     Flag(

@@ -42,6 +42,10 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     engine: str = "echo"
+    #: "auto" (the cpu and exllamav2 engines in a process of their own), "on" or "off".
+    engine_process: str = "auto"
+    #: Front-end processes (HTTP and WebSocket) sharing the port and one engine process.
+    api_servers: int = 1
     model_name: str | None = None
     echo_delay: float = 0.0
     model_dir: str | None = None
@@ -95,6 +99,11 @@ class ServerConfig:
     #: continuations); beyond it the oldest go. 0 = no limit.
     responses_ws_memory_bytes: int = 64 * 1024 * 1024
 
+    # /v1/messages
+    #: Keep Claude Code's first system text (`x-anthropic-billing-header: ...`, which
+    #: changes every session) in the prompt; left out by default so sessions share a prefix.
+    keep_billing_header: bool = False
+
     # both transports
     max_tokens_cap: int | None = None
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
@@ -106,6 +115,8 @@ class ServerConfig:
     grammar_cache_size: int = _GRAMMAR_LIMITS.cache_size
     api_keys: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
+    #: GET /metrics without an API key: routers and autoscalers scrape with none.
+    open_metrics: bool = False
 
     # HTTP
     sse_keepalive_seconds: float = 15.0

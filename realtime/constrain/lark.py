@@ -9,7 +9,7 @@ can match them. Everything else is a quoted literal.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,9 @@ class Reasoning:
 
     end: str
     start: str | None = None
+    #: The thinking budget: reasoning tokens after which only the end marker may
+    #: follow (set only where `end` is one added token: `with_reasoning`).
+    max_tokens: int | None = None
 
 
 def literal(text: str) -> str:
@@ -79,12 +82,20 @@ class LarkGrammar:
     def __init__(self) -> None:
         self._rules: dict[str, str] = {}
 
-    def rule(self, name: str, body: str, *, stop: str | None = None) -> str:
+    def rule(
+        self, name: str, body: str, *, stop: str | None = None, max_tokens: int | None = None
+    ) -> str:
         """Add `name: body` and return the name. With `stop`, the rule is free text
-        that ends with (and includes) the first occurrence of `stop`."""
+        that ends with (and includes) the first occurrence of `stop`; with
+        `max_tokens`, the grammar engine ends it after that many tokens."""
         if name in self._rules:
             raise ValueError(f"rule {name!r} defined twice")
-        head = f"{name}[stop={literal(stop)}]" if stop is not None else name
+        attributes = []
+        if stop is not None:
+            attributes.append(f"stop={literal(stop)}")
+        if max_tokens is not None:
+            attributes.append(f"max_tokens={int(max_tokens)}")
+        head = f"{name}[{', '.join(attributes)}]" if attributes else name
         self._rules[name] = f"{head}: {body}"
         return name
 
@@ -103,8 +114,9 @@ def with_reasoning(
         return body
     end_id = added.get(reasoning.end)
     if end_id is not None:
-        # An added token is outside the byte alphabet: free text cannot contain it.
-        text = g.rule("reasoning_text", "/(?s:.*)/")
+        # An added token is outside the byte alphabet: free text cannot contain it, and
+        # when the budget ends the text, the grammar allows only the end marker next.
+        text = g.rule("reasoning_text", "/(?s:.*)/", max_tokens=reasoning.max_tokens)
         block = f"{text} <[{end_id}]>"
     else:
         block = g.rule("reasoning_text", "/(?s:.*)/", stop=reasoning.end)
@@ -112,3 +124,9 @@ def with_reasoning(
     if reasoning.start is None:
         return f"{block} {gap} ({body})"
     return f"({marker(reasoning.start, added)} {block} {gap})? ({body})"
+
+
+def any_token_but(g: LarkGrammar, excluded: Iterable[int]) -> str:
+    """Any sequence of tokens (special ones included) but the `excluded` ids."""
+    ids = ",".join(str(token_id) for token_id in sorted(set(excluded)))
+    return g.rule("free_tokens", f"<[^{ids}]>*" if ids else "<[*]>*")

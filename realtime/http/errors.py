@@ -20,8 +20,11 @@ log = logging.getLogger("realtime.http")
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-def openai_errors(endpoint: Endpoint) -> Endpoint:
-    """Answer every failure of `endpoint` with an OpenAI error body, in the route itself.
+def openai_errors(
+    endpoint: Endpoint, render: Callable[[RealtimeError], Response] = error_response
+) -> Endpoint:
+    """Answer every failure of `endpoint` with an OpenAI error body (or the body `render`
+    makes: the Messages API's), in the route itself.
 
     Starlette's catch-all handler runs in ServerErrorMiddleware, which re-raises
     after responding; uvicorn then closes a keep-alive connection the client still
@@ -33,7 +36,7 @@ def openai_errors(endpoint: Endpoint) -> Endpoint:
         try:
             return await endpoint(request)
         except RealtimeError as exc:
-            return error_response(exc)
+            return render(exc)
         except ClientDisconnect:
             # The client hung up (or its body was refused) before the request was read:
             # nobody to answer, nothing went wrong here.
@@ -41,7 +44,7 @@ def openai_errors(endpoint: Endpoint) -> Endpoint:
             return Response(status_code=499)
         except Exception:
             log.exception("unhandled error on %s %s", request.method, request.url.path)
-            return error_response(InternalError())
+            return render(InternalError())
 
     return guarded
 

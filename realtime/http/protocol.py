@@ -38,6 +38,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from realtime.asgi.responses import error_body_for
 from realtime.http.request_limits import (
     HttpLimits,
     InvalidContentLength,
@@ -322,7 +323,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             cycle.disconnected = True
             cycle.message_event.set()
         if cycle is None or not cycle.response_complete or not during_body:
-            self.transport.write(refusal_bytes(error, self.server_state.default_headers))
+            path = bytes(getattr(self, "url", b"")).decode("latin-1")
+            self.transport.write(
+                refusal_bytes(error, self.server_state.default_headers, error_body_for(path))
+            )
         self._linger()
 
     def _linger(self) -> None:

@@ -9,8 +9,9 @@ the declared body length, and the bytes of a refusal.
 from __future__ import annotations
 
 import http
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -65,10 +66,13 @@ def _status_line(status: int) -> bytes:
 
 
 def refusal_bytes(
-    error: RealtimeError, default_headers: Sequence[tuple[bytes, bytes]] = ()
+    error: RealtimeError,
+    default_headers: Sequence[tuple[bytes, bytes]] = (),
+    body_of: Callable[[RealtimeError], dict[str, Any]] | None = None,
 ) -> bytes:
-    """A complete HTTP/1.1 response with the OpenAI error body that closes the connection."""
-    body = orjson.dumps(error.to_body())
+    """A complete HTTP/1.1 response with the error body that closes the connection: OpenAI's,
+    or the one `body_of` makes (the Messages API's, for its paths)."""
+    body = orjson.dumps(body_of(error) if body_of is not None else error.to_body())
     parts = [_status_line(error.status)]
     for name, value in default_headers:
         parts += [name, b": ", value, b"\r\n"]

@@ -72,6 +72,8 @@ class Outcome:
         #: Set once the request is prepared: its usage so far, and its response id.
         self.usage: Callable[[], dict[str, Any] | None] = lambda: None
         self.response_id: str | None = None
+        #: The cache scope an agent's session header chose (`cache_scope.py`), for the log.
+        self.cache_scope: str | None = None
 
     def finish(
         self, status: str, error: RealtimeError | None = None, cause: str | None = None
@@ -94,6 +96,7 @@ class Outcome:
             transport=TRANSPORT,
             request_id=self.request_id,
             id=self.response_id,
+            cache_scope=self.cache_scope,
             status=status,
             cause=cause,
             error_code=error.code if error is not None else None,
@@ -122,8 +125,10 @@ async def respond(
     stream: Callable[[], AsyncGenerator[dict[str, Any], None]],
     complete: Callable[[], Awaitable[dict[str, Any]]],
     framing: SseFraming = CHAT_FRAMING,
+    errors: Callable[[RealtimeError], Response] = error_response,
 ) -> Response:
-    """SSE or one JSON body for a prepared request, with disconnects and shutdown handled."""
+    """SSE or one JSON body for a prepared request, with disconnects and shutdown handled.
+    `errors` renders the shutdown's error body (the API's own shape)."""
     state = request.app.state
     lifecycle: Lifecycle = state.lifecycle
     if streaming:
@@ -151,7 +156,7 @@ async def respond(
     if result is _SHUTDOWN:
         error = ServerShuttingDownError("server shutting down; the request was cancelled")
         outcome.finish("cancelled", cause="shutdown")
-        return error_response(error)
+        return errors(error)
     outcome.finish("completed")
     return ORJSONResponse(result)
 

@@ -67,6 +67,8 @@ class SseFraming:
     done: bytes | None = DONE_EVENT
     #: The event for a failure after the stream started (and for the shutdown).
     error: Callable[[RealtimeError], bytes] = encode_error
+    #: What is sent while nothing else was for a while (the Messages API: a `ping` event).
+    keepalive: bytes = KEEPALIVE_COMMENT
 
 
 CHAT_FRAMING = SseFraming()
@@ -205,7 +207,7 @@ class EventStreamResponse(Response):
         self._keepalive_in_flight = sending = loop.create_future()
         try:
             await self._send(
-                {"type": "http.response.body", "body": KEEPALIVE_COMMENT, "more_body": True}
+                {"type": "http.response.body", "body": self.framing.keepalive, "more_body": True}
             )
         finally:
             self._keepalive_in_flight = None

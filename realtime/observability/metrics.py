@@ -192,22 +192,25 @@ class RequestTimer:
     def chunk(self, chunk: dict[str, Any]) -> None:
         choices = chunk.get("choices")
         if not choices:
-            return
-        # A chat chunk's delta, or a text completion's text.
-        choice = choices[0]
-        delta = choice.get("delta")
-        if not (
-            (
-                delta
-                and (
-                    delta.get("content")
-                    or delta.get("reasoning_content")
-                    or delta.get("tool_calls")
+            # An Anthropic Messages event: a block's delta is output.
+            if chunk.get("type") != "content_block_delta":
+                return
+        else:
+            # A chat chunk's delta, or a text completion's text.
+            choice = choices[0]
+            delta = choice.get("delta")
+            if not (
+                (
+                    delta
+                    and (
+                        delta.get("content")
+                        or delta.get("reasoning_content")
+                        or delta.get("tool_calls")
+                    )
                 )
-            )
-            or choice.get("text")
-        ):
-            return
+                or choice.get("text")
+            ):
+                return
         now = perf_counter()
         last = self._last
         self._last = now
@@ -230,7 +233,7 @@ class RequestTimer:
         """A pipeline event (`realtime.pipeline.events`): a `Step` with visible text or
         any parsed output (what its chunks would carry) is a token; a `Finish` is not.
         The socket's per-token path: the same update as `chunk`, inline too."""
-        if not (getattr(step, "text", None) or getattr(step, "events", None)):
+        if not (step.text or step.events):  # a `Finish` has neither
             return
         now = perf_counter()
         last = self._last

@@ -6,6 +6,13 @@ asks for must fit the model's context after the prompt (else 400
 server's `--max-tokens-cap` then narrows that: a limit the client set above the
 cap is refused (400 `max_tokens_exceeded`); any other limit is cut to the cap, and
 such an answer ends with `finish_reason` `length`.
+
+A request that asks to be clamped (`OutputAsk.clamp`, from the neutral request's
+`max_tokens_clamp`: the Messages API, where Claude Code sends `max_tokens: 32000`
+whatever the model) gets neither refusal: its limit is cut to the room after the
+prompt and to the cap, and an answer that reaches it ends with the length finish
+reason (`max_tokens` on the Messages API). A prompt that leaves no room at all is
+still refused, on every policy.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ class OutputAsk:
     explicit: bool
     #: the field that carries it, named in errors
     field: str
+    #: cut a limit beyond the room or the cap to what fits, instead of refusing it
+    clamp: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +72,8 @@ class TokenBudget:
         for index, prompt_tokens in enumerate(prompt_lengths):
             room = context_length - prompt_tokens
             limit = ask.tokens if ask.tokens is not None else room
+            if ask.clamp and 0 < room < limit:
+                limit = room
             if room <= 0 or limit > room:
                 raise overflow(
                     PromptOverflow(index, prompt_tokens, limit, room, context_length, ask.field)
@@ -71,7 +82,7 @@ class TokenBudget:
         cap = self.max_tokens_cap
         if cap is None:
             return limits
-        if ask.explicit and ask.tokens is not None and ask.tokens > cap:
+        if ask.explicit and not ask.clamp and ask.tokens is not None and ask.tokens > cap:
             raise OutputLimitError(
                 f"{ask.field} is {ask.tokens} but this server allows at most {cap} tokens"
                 " per answer",

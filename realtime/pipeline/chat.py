@@ -42,6 +42,7 @@ from realtime.chat.tools.registry import resolve_tool_parser
 from realtime.constrain import ConstraintLimits
 from realtime.engine.base import Engine, EngineRequest, SessionAwareEngine
 from realtime.model.generation import FinishReason
+from realtime.observability.vllm_metrics import VllmMetrics
 from realtime.pipeline.budget import OutputAsk, PromptOverflow, TokenBudget
 from realtime.pipeline.constraints import ConstraintPlan, Constraints, response_format_of
 from realtime.pipeline.engine_requests import EngineRequestBuilder
@@ -52,6 +53,7 @@ from realtime.pipeline.speculative import NextTurn, SpeculativePrefill
 from realtime.protocol.errors import (
     EngineError,
     InvalidRequestError,
+    PromptTooLongError,
     ToolChoiceNotSatisfiedError,
     UnsupportedFeatureError,
 )
@@ -96,6 +98,7 @@ class ChatPipeline:
         max_speculative: int = 8,
         max_tokens_cap: int | None = None,
         constraint_limits: ConstraintLimits | None = None,
+        meter: VllmMetrics | None = None,
     ):
         """`tool_parser`/`reasoning_parser`: a parser name, "auto" (chosen from the
         chat template when it clearly matches a family) or "none". Unknown names
@@ -108,8 +111,12 @@ class ChatPipeline:
         shared with the text-completion pipeline built on this one.
 
         `constraint_limits`: what a client may ask the grammar engine to compile
-        (`--max-schema-bytes`, `--max-schema-depth`, `--grammar-cache-size`)."""
+        (`--max-schema-bytes`, `--max-schema-depth`, `--grammar-cache-size`).
+
+        `meter`: records every engine request for vLLM's metrics, shared with
+        `CompletionPipeline`."""
         self.engine = engine
+        self.meter = meter
         self.speculative = SpeculativePrefill(
             engine, timeout=speculative_timeout, max_pending=max_speculative
         )
@@ -155,7 +162,12 @@ class ChatPipeline:
             request,
             [prompt_ids],
             [request_id],
-            ask=OutputAsk(limit, explicit=request.max_tokens_explicit, field=paths.max_tokens),
+            ask=OutputAsk(
+                limit,
+                explicit=request.max_tokens_explicit,
+                field=paths.max_tokens,
+                clamp=request.max_tokens_clamp,
+            ),
             overflow=lambda overflow: _overflow(overflow, paths),
             logprobs=request.logprobs,
             session_id=session_id,
@@ -191,6 +203,7 @@ class ChatPipeline:
             tool_parser=self.tool_parser,
             output=output,
             paths=paths,
+            thinking_budget=request.thinking_budget,
         )
         warm = conversation is not None and request.speculative_prefill and self.speculative.enabled
         return PreparedChat(
@@ -284,6 +297,7 @@ class ChatPipeline:
             stops,
             skip_special_tokens=skip_special,
             paths=request.paths,
+            meter=self.meter,
         )
         try:
             async with aclosing(steps):
@@ -353,11 +367,12 @@ class ChatPipeline:
 
 def _overflow(overflow: PromptOverflow, paths: FieldPaths) -> InvalidRequestError:
     if overflow.room <= 0:
-        return InvalidRequestError(
+        return PromptTooLongError(
             f"the prompt is {overflow.prompt_tokens} tokens; the model's context is "
             f"{overflow.context_length} tokens",
+            prompt_tokens=overflow.prompt_tokens,
+            context_length=overflow.context_length,
             param=paths.input,
-            code="context_length_exceeded",
         )
     return InvalidRequestError(
         f"{overflow.field} is {overflow.asked} but only {overflow.room} tokens fit after the "

@@ -21,7 +21,9 @@ What each request gets:
   answer. Without a `response_format`, `auto` is free.
 * `tool_choice` `none`: the markers that open a call, where they are single tokens,
   are banned (a `response_format` grammar already excludes them).
-* A reasoning block may open any of these while the reasoning parser is on.
+* A reasoning block may open any of these while the reasoning parser is on. A
+  thinking budget (the Messages API's `budget_tokens`) closes it after that many
+  tokens; alone, it is a grammar of its own (the block, then any tokens).
 
 Engines that cannot constrain (echo, scripted) refuse the JSON modes; their
 `tool_choice` stays checked on the output only, as it always is
@@ -51,6 +53,7 @@ from realtime.constrain import (
     response_format_constraint,
 )
 from realtime.constrain.json_schema import ANY_OBJECT
+from realtime.constrain.thinking import thinking_budget_grammar
 from realtime.engine.base import ConstrainingEngine, Engine
 from realtime.pipeline.engine_errors import constraint_error
 from realtime.protocol.errors import UnsupportedFeatureError
@@ -100,26 +103,28 @@ class Constraints:
         tool_parser: str | None,
         output: ChatOutputParser,
         paths: FieldPaths = CHAT_PATHS,
+        thinking_budget: int | None = None,
     ) -> ConstraintPlan | None:
         """The plan for a chat request (None: generation is free).
 
         `response_format` is the field as plain JSON; `output` is the request's
         output parser, which holds its tool choice and whether it reasons; `paths`
-        names the client's fields in errors.
+        names the client's fields in errors; `thinking_budget` bounds the reasoning
+        block in tokens where its markers are single tokens (else it has no effect).
         Raises UnsupportedFeatureError for a JSON mode this engine cannot enforce.
         """
         fmt = _json_mode(response_format)
         choice = output.tool_choice
         calls = choice.demands_call and tool_parser in _ENFORCEABLE
         ban = choice.mode == "none" and tool_parser is not None and fmt is None
-        if fmt is None and not calls and not ban:
+        budget = thinking_budget if _reasoning(output) is not None else None
+        if fmt is None and not calls and not ban and budget is None:
             return None
         compiler = self._compiler_for(fmt, param=paths.format)
         if compiler is None:
             return None  # tool_choice: checked on the output, as without constraints
-        assert tool_parser is not None or fmt is not None
         added, limits = compiler.binding.added_tokens, self.limits
-        reasoning = _reasoning(output)
+        reasoning = _reasoning(output, budget, added)
         checks = (partial(response_format_constraint, fmt, limits=limits),) if fmt else ()
         if calls:
             assert tool_parser is not None
@@ -157,7 +162,17 @@ class Constraints:
                 added_tokens=added,
             )
             return ConstraintPlan(compiler, build, paths=paths)
-        ban_spec = tool_markers_ban(tool_parser, added)
+        ban_spec = tool_markers_ban(tool_parser, added) if ban and tool_parser else None
+        if reasoning is not None and reasoning.max_tokens is not None:
+            assert isinstance(output.reasoning, TagReasoningParser)  # _reasoning saw to it
+            build = partial(
+                thinking_budget_grammar,
+                reasoning,
+                added,
+                opening=output.reasoning.start,
+                banned=ban_spec.token_ids if ban_spec is not None else (),
+            )
+            return ConstraintPlan(compiler, build, paths=paths)
         if ban_spec is None:
             return None  # the format's calls start with plain text: nothing to ban
         return ConstraintPlan(compiler, lambda: ban_spec, inline=True, paths=paths)
@@ -267,12 +282,18 @@ def _answer_schema(fmt: Mapping[str, Any]) -> Mapping[str, Any]:
     return ANY_OBJECT
 
 
-def _reasoning(output: ChatOutputParser) -> Reasoning | None:
-    """The reasoning block the answer may open with, while the reasoning parser is on."""
+def _reasoning(
+    output: ChatOutputParser, budget: int | None = None, added: Mapping[str, int] | None = None
+) -> Reasoning | None:
+    """The reasoning block the answer may open with, while the reasoning parser is on;
+    bounded by `budget` when both its markers are single added tokens (`added`): a
+    budget that ends free text mid-block could not make it spell the end marker."""
     parser = output.reasoning
     if not isinstance(parser, TagReasoningParser) or not parser.enabled:
         return None
-    return Reasoning(end=parser.end, start=None if parser.starts_in_reasoning else parser.start)
+    start = None if parser.starts_in_reasoning else parser.start
+    one_token = added is not None and parser.start in added and parser.end in added
+    return Reasoning(end=parser.end, start=start, max_tokens=budget if one_token else None)
 
 
 def _why_not(engine: Engine) -> str:

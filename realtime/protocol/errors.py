@@ -77,6 +77,23 @@ class UnsupportedFeatureError(InvalidRequestError):
     default_code = "unsupported"
 
 
+class PromptTooLongError(InvalidRequestError):
+    """The prompt alone fills the model's context: no room is left for an answer.
+
+    Carries the two numbers, so an API that words this error its own way (Anthropic's
+    `prompt is too long: N tokens > M maximum`, which Claude Code reads to start
+    compacting) renders it from them instead of rewording the message."""
+
+    default_code = "context_length_exceeded"
+
+    def __init__(
+        self, message: str, *, prompt_tokens: int, context_length: int, param: str | None = None
+    ):
+        super().__init__(message, param=param)
+        self.prompt_tokens = prompt_tokens
+        self.context_length = context_length
+
+
 class ModelNotFoundError(InvalidRequestError):
     status = 404
     default_code = "model_not_found"

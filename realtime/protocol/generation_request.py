@@ -103,9 +103,16 @@ class GenerationRequest:
     #: the model's reasoning on or off, through the template's switch (`enable_thinking`;
     #: `template_kwargs` win over it); None: the template's default
     thinking: bool | None = None
+    #: reasoning tokens after which the reasoning block is closed (engines that constrain,
+    #: templates whose reasoning markers are single tokens); None: no budget
+    thinking_budget: int | None = None
     #: the answer's token limit as asked (None: what fits); `explicit`: the client set it
     max_tokens: int | None = None
     max_tokens_explicit: bool = False
+    #: a limit beyond what fits (the context after the prompt, then the server's cap) is
+    #: cut to what fits, and an answer that reaches it ends with the length finish
+    #: reason; False refuses it with 400 `context_length_exceeded` / `max_tokens_exceeded`
+    max_tokens_clamp: bool = False
     sampling: Sampling = field(default_factory=Sampling)
     stopping: Stopping = field(default_factory=Stopping)
     #: None: no logprobs; N: each token's logprob and its N most likely alternatives

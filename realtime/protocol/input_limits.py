@@ -31,18 +31,18 @@ class InputLimits:
 DEFAULT_INPUT_LIMITS = InputLimits()
 
 
-def check_stop_strings(stops: list[str], limits: InputLimits) -> None:
-    """Refuse more stop strings, or a longer one, than the server allows (param `stop`)."""
+def check_stop_strings(stops: list[str], limits: InputLimits, field: str = "stop") -> None:
+    """Refuse more stop strings, or a longer one, than the server allows (param `field`)."""
     if len(stops) > limits.max_stop_strings:
         raise InvalidRequestError(
-            f"stop: at most {limits.max_stop_strings} stop strings per request "
+            f"{field}: at most {limits.max_stop_strings} stop strings per request "
             f"(this server's --max-stop-strings), got {len(stops)}",
-            param="stop",
+            param=field,
         )
     for index, stop in enumerate(stops):
         if len(stop) > limits.max_stop_chars:
             raise InvalidRequestError(
-                f"stop: a stop string may have at most {limits.max_stop_chars} characters "
+                f"{field}: a stop string may have at most {limits.max_stop_chars} characters "
                 f"(this server's --max-stop-chars); stop string {index} has {len(stop)}",
-                param="stop",
+                param=field,
             )

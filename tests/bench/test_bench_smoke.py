@@ -32,9 +32,18 @@ SCENARIOS = (
     "hostile",
     "soak",
     "agent_loop",
+    "agent_messages",
 )
+#: The quick run's own limit is 200 s (below); the module's tests wait for it. Its cpu-engine
+#: scenarios each start an engine process beside the server.
+pytestmark = pytest.mark.timeout(240)
+
 STATUSES = {"pass", "miss", "n/a"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+#: A guard against a hang, not a measurement: the quick run starts a dozen servers (two
+#: agent loops' among them), which takes minutes on a busy machine.
+pytestmark = pytest.mark.timeout(420)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +54,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=200,
+        timeout=400,
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
     return out

@@ -1,9 +1,10 @@
-"""One conversation, five transports, one prompt: the token ids the engine is asked to run.
+"""One conversation, six transports, one prompt: the token ids the engine is asked to run.
 
 The same conversation (a system prompt, a user message of two text parts, an
 assistant answer with its reasoning and a function call, the call's output) is
 sent through chat completions over HTTP and over the socket's chat frames, the
-Responses API over HTTP and in WebSocket mode, and the Realtime events, to a real
+Responses API over HTTP and in WebSocket mode, Anthropic's Messages API, and the
+Realtime events, to a real
 server on the tiny model (a real tokenizer and a Qwen-style template that renders
 reasoning and tool calls). The engine records the prompt token ids of every
 request; they must be byte-identical, so a prefix cached through one API is found
@@ -25,6 +26,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+import anthropic  # noqa: E402
 import openai  # noqa: E402
 import websockets  # noqa: E402
 
@@ -184,6 +186,39 @@ async def realtime_events(server: RunningServer) -> None:
             assert event.type != "error", event
 
 
+async def messages_http(server: RunningServer) -> None:
+    """Anthropic's Messages API: the reasoning as a thinking block, the call as tool_use."""
+    async with anthropic.AsyncAnthropic(
+        base_url=server.http_url, api_key="x", max_retries=0
+    ) as client:
+        await client.messages.create(
+            model=MODEL,
+            max_tokens=1,
+            system=SYSTEM,
+            tools=[{"name": CALL[1], "input_schema": PARAMETERS}],
+            messages=[
+                {"role": "user", "content": [{"type": "text", "text": text} for text in PARTS]},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "thinking", "thinking": REASONING, "signature": "s"},
+                        {"type": "text", "text": ANSWER},
+                        {
+                            "type": "tool_use",
+                            "id": CALL[0],
+                            "name": CALL[1],
+                            "input": json.loads(CALL[2]),
+                        },
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": CALL[0], "content": OUTPUT}],
+                },
+            ],
+        )
+
+
 def test_every_api_renders_the_same_prompt(server: RunningServer) -> None:
     prompts: dict[str, list[int]] = {}
     for name, send in (
@@ -191,6 +226,7 @@ def test_every_api_renders_the_same_prompt(server: RunningServer) -> None:
         ("chat frames", lambda: chat_socket(server)),
         ("Responses over HTTP", lambda: responses_http(server)),
         ("Responses WebSocket mode", lambda: responses_socket(server)),
+        ("Messages API", lambda: messages_http(server)),
     ):
         before = len(server.engine.prompts)
         asyncio.run(send())

@@ -253,3 +253,104 @@ def deep_responses(draw: st.DrawFn) -> str:
 
 
 hostile_responses_bodies = st.one_of(deep_responses(), odd_responses())
+
+
+# --- /v1/messages ---
+
+#: Every body field of Anthropic's `messages.create` (its beta's included) and a few more.
+MESSAGES_FIELDS = (
+    "model messages max_tokens system tools tool_choice thinking output_config output_format"
+    " stop_sequences temperature top_p top_k metadata stream cache_control container"
+    " context_management service_tier speed inference_geo mcp_servers diagnostics compaction"
+    " thread fallbacks billing_policy user_profile_id workspace_id betas n"
+).split()
+BLOCK_TYPES = (
+    "text image document thinking redacted_thinking tool_use tool_result server_tool_use"
+    " search_result nonsense"
+).split()
+BLOCK_FIELDS = (
+    "type text thinking signature data id name input tool_use_id content is_error"
+    " cache_control source citations caller"
+).split()
+
+
+def messages_body(text: str = "fuzz", **fields: Any) -> dict[str, Any]:
+    return {
+        "model": "echo",
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": text}],
+        **fields,
+    }
+
+
+@st.composite
+def odd_block(draw: st.DrawFn) -> Any:
+    block: dict[str, Any] = {}
+    if draw(st.booleans()):
+        block["type"] = draw(st.sampled_from(BLOCK_TYPES) | json_values)
+    for name in draw(st.lists(st.sampled_from(BLOCK_FIELDS), max_size=4)):
+        block[name] = draw(json_values)
+    return block
+
+
+@st.composite
+def odd_messages(draw: st.DrawFn) -> str:
+    """A Messages request with odd fields, odd turns and blocks, or odd tools."""
+    body = messages_body(draw(st.text(max_size=30)))
+    for name in draw(st.lists(st.sampled_from(MESSAGES_FIELDS), max_size=3)):
+        body[name] = draw(json_values | wide_value())
+    if draw(st.booleans()):
+        role = draw(st.sampled_from(["user", "assistant", "system", "tool"]) | json_values)
+        blocks = draw(st.lists(odd_block(), min_size=1, max_size=3))
+        body["messages"] = [{"role": role, "content": blocks}, {"role": "user", "content": "x"}]
+    if draw(st.booleans()):
+        body["tools"] = [
+            {"type": draw(st.sampled_from(["custom", "bash_20250124", "web_search_20250305"])
+                          | st.none()),
+             "name": draw(json_values), "input_schema": draw(json_values)}
+        ]  # fmt: skip
+    if draw(st.booleans()):
+        body["tool_choice"] = {
+            "type": draw(st.sampled_from(["auto", "any", "tool", "none", "x"])),
+            "name": draw(json_values),
+        }
+    if draw(st.booleans()):
+        body["thinking"] = {
+            "type": draw(st.sampled_from(["enabled", "adaptive", "disabled", "x"])),
+            "budget_tokens": draw(json_values),
+        }
+    return json.dumps(body)
+
+
+#: Where deep JSON goes in a Messages request.
+_DEEP_MESSAGES_PLACES = [
+    lambda body: body.update(metadata=_HOLE),
+    lambda body: body.update(system=_HOLE),
+    lambda body: body.update(context_management=_HOLE),
+    lambda body: body.update(messages=[{"role": "user", "content": _HOLE}]),
+    lambda body: body["messages"].extend(
+        [
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t", "name": "f", "input": _HOLE}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "t", "content": _HOLE}],
+            },
+        ]
+    ),
+    lambda body: body.update(tools=[{"name": "f", "input_schema": _HOLE}]),
+    lambda body: body.update(output_config={"format": {"type": "json_schema", "schema": _HOLE}}),
+    lambda body: body.update(tool_choice=_HOLE),
+]
+
+
+@st.composite
+def deep_messages(draw: st.DrawFn) -> str:
+    body = messages_body()
+    draw(st.sampled_from(_DEEP_MESSAGES_PLACES))(body)
+    return _fill(body, draw(deep_text()))
+
+
+hostile_messages_bodies = st.one_of(deep_messages(), odd_messages())

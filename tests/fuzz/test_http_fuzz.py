@@ -32,6 +32,7 @@ from tests.fuzz.hostile_json import (
     every_deep_chat,
     hostile_chat_bodies,
     hostile_completion_bodies,
+    hostile_messages_bodies,
     hostile_responses_bodies,
 )
 
@@ -185,6 +186,78 @@ def test_fuzzed_responses_bodies_never_get_a_5xx(
         one_body()
         ok = client.post("/v1/responses", json={"model": "echo", "input": "after"})
         assert ok.json()["output"][0]["content"][0]["text"] == "after"
+    finally:
+        client.close()
+        neighbour.stop.set()
+        neighbour.join(30)
+    assert not neighbour.failures, neighbour.failures
+    assert neighbour.done > 0
+    assert stats.get("400", 0) > EXAMPLES // 2 and stats.get("200", 0) > 10, stats
+    assert not error_log.records, [r.getMessage() for r in error_log.records]
+
+
+def _check_messages_answer(response: httpx.Response, stats: dict[str, int]) -> None:
+    """Anthropic's shapes: its error body, named SSE events, no error event."""
+    assert response.status_code < 500, (response.status_code, response.text[:300])
+    stats[str(response.status_code)] = stats.get(str(response.status_code), 0) + 1
+    body_text = response.text
+    _check_clean(body_text)
+    if response.status_code >= 400:
+        body = response.json()
+        assert set(body) == {"type", "error"} and body["type"] == "error", body
+        assert set(body["error"]) == {"type", "message"}, body
+        return
+    if response.headers["content-type"].startswith("text/event-stream"):
+        frames = [frame for frame in body_text.split("\n\n") if frame.strip()]
+        for frame in frames:
+            name, data = frame.split("\n")
+            event = json.loads(data.removeprefix("data: "))
+            assert name == "event: " + event["type"] and event["type"] != "error", event
+        assert frames[-1].startswith("event: message_stop")
+    else:
+        assert response.json()["type"] == "message"
+
+
+def test_fuzzed_messages_bodies_never_get_a_5xx(
+    fuzz_server: RunningServer, error_log: ErrorLog
+) -> None:
+    """/v1/messages and count_tokens: odd turns, blocks, tools and fields, deep JSON in every
+    free-form place; every refusal a specific 4xx in Anthropic's body."""
+    neighbour = Neighbour(fuzz_server.http_url)
+    neighbour.start()
+    stats: dict[str, int] = {}
+    client = httpx.Client(base_url=fuzz_server.http_url, timeout=30)
+    headers = {"content-type": "application/json"}
+    paths = st.sampled_from(["/v1/messages", "/v1/messages?beta=true", "/v1/messages/count_tokens"])
+
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(paths, hostile_messages_bodies)
+    def one_body(path: str, body: str) -> None:
+        response = client.post(path, content=body, headers=headers)
+        if path.endswith("count_tokens") and response.status_code == 200:
+            assert set(response.json()) == {"input_tokens"}
+            stats["200"] = stats.get("200", 0) + 1
+            return
+        _check_messages_answer(response, stats)
+
+    try:
+        one_body()
+        ok = client.post(
+            "/v1/messages",
+            json={
+                "model": "echo",
+                "max_tokens": 8,
+                "messages": [{"role": "user", "content": "after"}],
+            },
+        )
+        assert ok.json()["content"][0]["text"] == "after"
     finally:
         client.close()
         neighbour.stop.set()

@@ -78,3 +78,21 @@ def test_the_context_is_checked_before_the_cap() -> None:
 def test_a_cap_below_one_is_refused_at_startup() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         TokenBudget(max_tokens_cap=0)
+
+
+def clamped(tokens: int) -> OutputAsk:
+    return OutputAsk(tokens, explicit=True, field="max_tokens", clamp=True)
+
+
+def test_a_clamped_limit_is_cut_to_the_room_then_to_the_cap() -> None:
+    assert TokenBudget().limits([3, 8], CONTEXT, clamped(32000), overflow([])) == [7, 2]
+    assert TokenBudget().limits([3], CONTEXT, clamped(5), overflow([])) == [5]
+    # the cap, which refuses a limit the client set, cuts a clamped one
+    assert TokenBudget(max_tokens_cap=4).limits([3], CONTEXT, clamped(32000), overflow([])) == [4]
+
+
+def test_a_prompt_that_leaves_no_room_is_refused_even_when_clamped() -> None:
+    seen: list[PromptOverflow] = []
+    with pytest.raises(InvalidRequestError):
+        TokenBudget().limits([10], CONTEXT, clamped(32000), overflow(seen))
+    assert seen == [PromptOverflow(0, 10, 32000, 0, CONTEXT, "max_tokens")]

@@ -21,10 +21,10 @@ from websockets.exceptions import InvalidStatus
 
 from realtime.config import ServerConfig
 from realtime.dialects.chat.job import ChatJob
+from realtime.dialects.chat.request import parse_chat_request
 from realtime.dialects.chat.selector import chat_frames
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import InvalidRequestError, RealtimeError
-from realtime.protocol.request import parse_chat_request
 from realtime.session.commands import Cancel, Command, Frame, Reply, Submit
 from realtime.session.dialect import DialectChoice, DialectContext, DoneStatus, SessionView
 from realtime.session.record import RequestRecord

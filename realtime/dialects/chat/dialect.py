@@ -1,6 +1,6 @@
 """The chat-frame dialect of /v1/realtime: chat-completion requests and chunks over a socket.
 
-The wire shapes are `realtime.protocol.frames` (documented in docs/protocol.md).
+The wire shapes are `realtime.dialects.chat.frames` (documented in docs/protocol.md).
 Requests without `request_id` get a server id and run in one lane (in order);
 requests with one run concurrently. A frame that is not JSON closes the socket
 with 1007, a binary frame with 1003; JSON that is not a valid frame gets an
@@ -16,15 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from realtime.chat.coalesce import fold_chunk
-from realtime.dialects.chat.job import ChatJob
-from realtime.pipeline import ChatPipeline
-from realtime.protocol.errors import (
-    BinaryFrameError,
-    MalformedFrameError,
-    ModelNotFoundError,
-    RealtimeError,
-)
-from realtime.protocol.frames import (
+from realtime.dialects.chat.frames import (
     CancelFrame,
     CloseSessionFrame,
     FrameRejected,
@@ -36,6 +28,14 @@ from realtime.protocol.frames import (
     error_frame,
     expiring_frame,
     ready_frame,
+)
+from realtime.dialects.chat.job import ChatJob
+from realtime.pipeline import ChatPipeline
+from realtime.protocol.errors import (
+    BinaryFrameError,
+    MalformedFrameError,
+    ModelNotFoundError,
+    RealtimeError,
 )
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
 from realtime.protocol.states import SETUP, IllegalTransition, SetupEvent, SetupState
@@ -193,9 +193,8 @@ class ChatFrameDialect:
         """A pipeline event as its chunks (the completion of a request that did not
         stream as it is), each with the request's id."""
         frames: list[Frame] = request.job.render(item)
-        request_id = request.id
         for frame in frames:
-            frame["request_id"] = request_id
+            frame["request_id"] = request.id
         return frames
 
     def fold(self, held: Frame, frame: Frame) -> bool:

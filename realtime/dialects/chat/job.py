@@ -18,10 +18,10 @@ from typing import Any
 
 from realtime.dialects.chat.build import chat_generation
 from realtime.dialects.chat.render import Chunk
+from realtime.dialects.chat.request import ChatCompletionRequest
 from realtime.dialects.chat.run import ChatRun
 from realtime.pipeline import ChatPipeline
 from realtime.pipeline.offload import prepare_chat
-from realtime.protocol.request import ChatCompletionRequest
 from realtime.session.job import Observe, Timer
 
 

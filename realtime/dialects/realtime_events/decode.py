@@ -52,7 +52,7 @@ from realtime.protocol.errors import (
 )
 from realtime.protocol.input_limits import InputLimits
 from realtime.protocol.json_input import check_shape, parse_json
-from realtime.protocol.request import validation_error_to_client
+from realtime.protocol.validation import validation_error_to_client
 
 _MESSAGE_ROLES: dict[str, type[BaseModel]] = {
     "user": UserMessageItem,

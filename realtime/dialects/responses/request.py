@@ -36,7 +36,6 @@ from realtime.dialects.responses.tools import FunctionTools, parse_tool_choice, 
 from realtime.dialects.responses.validation import client_error
 from realtime.protocol.errors import InvalidRequestError, UnsupportedFeatureError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
-from realtime.protocol.request import AgentHints
 
 #: OpenAI's limits on `metadata`: pairs, key length, value length.
 MAX_METADATA_PAIRS = 16
@@ -103,12 +102,19 @@ class AccessPrograms(_Strict):
     cyber: Literal["standard", "daybreak_blue", "daybreak_red"] | None = None
 
 
+class ResponsesAgentHints(_Strict):
+    """The chat API's `nvext.agent_hints`, as a response takes them."""
+
+    #: After the answer, warm the KV cache with the conversation so far (see docs).
+    speculative_prefill: bool | None = None
+
+
 class ResponsesNvExt(_Strict):
     """The chat API's `nvext`, as far as a response uses it: the agent hints."""
 
     #: `speculative_prefill: true`: once the answer is out, warm the prefix every next
     #: turn starts with (the conversation so far), at background priority.
-    agent_hints: AgentHints | None = None
+    agent_hints: ResponsesAgentHints | None = None
 
 
 class ResponsesRequest(_Strict):

@@ -1,6 +1,6 @@
 """The Responses API's output shapes as pydantic models: for docs/openapi.json and tests.
 
-Like `protocol/response.py` for chat, these document and validate the wire shape;
+Like `dialects/chat/response.py` for chat, these document and validate the wire shape;
 the server builds plain dicts of exactly this shape (`objects.py`, `events.py`).
 Models allow extra fields: OpenAI adds fields often, and a client must not break.
 """

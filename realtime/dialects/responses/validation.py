@@ -1,6 +1,6 @@
 """Pydantic's validation report -> one OpenAI-style 400 naming the field, in Responses terms.
 
-The chat request has its own converter (`protocol/request.py`); the Responses
+The chat request has its own converter (`dialects/chat/request.py`); the Responses
 request validates its input items and tools one at a time (their type decides
 the model), so every error here carries a prefix such as `input.3` or `tools.0`
 and the field inside it: `input.3.content.0.text`.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from realtime.protocol.errors import InvalidRequestError, UnknownFieldError
-from realtime.protocol.request import EXPECTED_TYPES, invalid_type
+from realtime.protocol.validation import EXPECTED_TYPES, invalid_type
 
 __all__ = ["client_error", "invalid_type", "join_path"]
 

@@ -88,7 +88,15 @@ from realtime.engine.cpu.stats import CpuStats, RequestStats
 from realtime.engine.prefix_cache import PrefixCache, common_prefix_length
 from realtime.model.generation import FinishReason
 
-__all__ = ["CACHE_SCOPES", "BackendOptions", "CpuBackend", "CpuStats", "KVState", "RequestStats"]
+__all__ = [
+    "CACHE_SCOPES",
+    "KV_BLOCK_TOKENS",
+    "BackendOptions",
+    "CpuBackend",
+    "CpuStats",
+    "KVState",
+    "RequestStats",
+]
 
 log = logging.getLogger("realtime.engine.cpu")
 
@@ -100,6 +108,10 @@ CACHE_SCOPES = ("session", "salt")
 _NOTHING: frozenset[int] = frozenset()
 #: Sequences decoded together by default.
 DEFAULT_MAX_BATCH_SIZE = 32
+#: The unit the engine reports its KV cache in (`CpuEngine.snapshot`). It allocates per
+#: token; 16 tokens is vLLM's default block size, so tools that hash prompts in blocks of
+#: the reported size (the endpoint picker's prefix scorer) work on it as on vLLM.
+KV_BLOCK_TOKENS = 16
 
 
 @dataclass(frozen=True)
@@ -196,6 +208,9 @@ class CpuBackend:
         self.stats = stats
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self._jobs: dict[int, _Job] = {}
+        #: KV blocks (`KV_BLOCK_TOKENS`) held by the client jobs in the batch, counted
+        #: after every step and cancel; read from the event loop by `snapshot()`
+        self.held_blocks = 0
         #: client jobs waiting for a place in the batch, in arrival order
         self._waiting: deque[int] = deque()
         #: client jobs in the batch, in the order they joined
@@ -238,6 +253,35 @@ class CpuBackend:
                 "this model's cache is not plain attention; prefix reuse and batching are off"
             )
         return plain
+
+    # --- what the engine reports (read from the event loop: lengths, read whole) ---
+
+    @property
+    def running(self) -> int:
+        """Client jobs in the batch (paused ones included: they keep their place)."""
+        return len(self._batch)
+
+    @property
+    def waiting(self) -> int:
+        """Client jobs waiting for a place in the batch."""
+        return len(self._waiting)
+
+    @property
+    def batch_blocks(self) -> int | None:
+        """KV blocks the batch may hold: a row of the context's length for each place in
+        it; None when every sequence runs alone with a cache of its own (no bound)."""
+        if not self._runner.batched:
+            return None
+        row = -(-self.options.context_length // KV_BLOCK_TOKENS)
+        return self.options.max_batch_size * row
+
+    def _count_held(self) -> None:
+        jobs = self._jobs
+        self.held_blocks = sum(-(-jobs[j].computed // KV_BLOCK_TOKENS) for j in self._batch)
+
+    @property
+    def reuses_prefixes(self) -> bool:
+        return self.prefixes.max_tokens > 0
 
     # --- StepBackend ---
 
@@ -296,6 +340,7 @@ class CpuBackend:
         job.stats.cancelled = True
         self.stats.requests_cancelled += 1
         self._keep_prefix(job)
+        self._count_held()
 
     def pause(self, job_id: int) -> None:
         job = self._jobs.get(job_id)
@@ -337,6 +382,7 @@ class CpuBackend:
                 end = min(len(warm.tokens), warm.computed + chunk)
                 feed = Feed(warm.job_id, warm.tokens[warm.computed : end], warm.computed)
                 outputs += self._run(self._solo, [(warm, feed)])
+        self._count_held()
         return outputs
 
     def recover(self) -> None:
@@ -350,6 +396,7 @@ class CpuBackend:
         self._solo.clear()
         self.prefixes.clear()
         self._sync_cache_stats()
+        self.held_blocks = 0
 
     def close(self) -> None:
         self.recover()
@@ -560,6 +607,8 @@ class CpuBackend:
         job.attached = True
         job.stats.prefill_reused = job.computed
         self.stats.prefill_tokens_reused += job.computed
+        if self.prefixes.max_tokens > 0:
+            self.stats.prefix_cache_queries += job.prompt_len
 
     def _keep_prefix(self, job: _Job) -> None:
         """Offer the job's KV state (the tokens fed so far) to the prefix cache, then free

@@ -53,7 +53,11 @@ class CpuStats:
     #: whether client requests share forward passes (False: one sequence per pass)
     batching: bool = False
     prefill_tokens_computed: int = 0
+    #: prompt tokens found in the prefix cache (vLLM's prefix-cache hits)
     prefill_tokens_reused: int = 0
+    #: prompt tokens looked up in the prefix cache (vLLM's prefix-cache queries): a
+    #: request's whole prompt, when it joins; 0 while the cache is off
+    prefix_cache_queries: int = 0
     tokens_generated: int = 0
     requests_started: int = 0
     requests_finished: int = 0

@@ -11,10 +11,10 @@ import pytest
 from realtime.chat.delta import DeltaGenerator
 from realtime.dialects.chat.dialect import ORDERED_LANE, ChatFrameDialect
 from realtime.dialects.chat.job import ChatJob
+from realtime.dialects.chat.request import parse_chat_request
 from realtime.engine.echo import EchoEngine
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import InvalidRequestError
-from realtime.protocol.request import parse_chat_request
 from realtime.session.commands import Cancel, CloseGracefully, CloseWith, Reply, Submit
 from realtime.session.record import RequestRecord
 

@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 import orjson
 
+from realtime.dialects.chat.request import ChatCompletionRequest, parse_chat_request
 from realtime.protocol.errors import InvalidRequestError, MalformedFrameError, RealtimeError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
 from realtime.protocol.json_input import (
@@ -45,7 +46,6 @@ from realtime.protocol.json_input import (
     check_shape,
     parse_json,
 )
-from realtime.protocol.request import ChatCompletionRequest, parse_chat_request
 
 MAX_REQUEST_ID_CHARS = 128
 

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from realtime.protocol.errors import InvalidRequestError, UnknownFieldError
-from realtime.protocol.messages import (
+from realtime.dialects.chat.messages import (
     AssistantMessage,
     DeveloperMessage,
     ImagePart,
@@ -18,11 +17,12 @@ from realtime.protocol.messages import (
     UserMessage,
     text_of,
 )
-from realtime.protocol.request import (
+from realtime.dialects.chat.request import (
     ChatCompletionRequest,
     NamedToolChoice,
     parse_chat_request,
 )
+from realtime.protocol.errors import InvalidRequestError, UnknownFieldError
 
 USER = [{"role": "user", "content": "hi"}]
 

@@ -14,13 +14,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from realtime.dialects.chat.request import ResponseFormat, SharedRequestFields
 from realtime.protocol.errors import InvalidRequestError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits, check_stop_strings
-from realtime.protocol.request import (
-    ResponseFormat,
-    SharedRequestFields,
-    validation_error_to_client,
-)
+from realtime.protocol.validation import validation_error_to_client
 
 TokenId = Annotated[int, Field(ge=0)]
 Prompt = str | list[str] | list[TokenId] | list[list[TokenId]]

@@ -13,9 +13,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from realtime.protocol.frames import MAX_REQUEST_ID_CHARS
-from realtime.protocol.request import ChatCompletionRequest
-from realtime.protocol.response import ChatCompletion, ChatCompletionChunk, ErrorDetail, Usage
+from realtime.dialects.chat.frames import MAX_REQUEST_ID_CHARS
+from realtime.dialects.chat.request import ChatCompletionRequest
+from realtime.dialects.chat.response import ChatCompletion, ChatCompletionChunk, ErrorDetail, Usage
 
 RequestId = Annotated[str, Field(min_length=1, max_length=MAX_REQUEST_ID_CHARS)]
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from realtime.protocol.completions import parse_completion_request
+from realtime.dialects.chat.completions import parse_completion_request
+from realtime.dialects.chat.request import parse_chat_request
 from realtime.protocol.errors import InvalidRequestError, InvalidTypeError
 from realtime.protocol.input_limits import InputLimits, check_stop_strings
-from realtime.protocol.request import parse_chat_request
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 TEXT = {"model": "m", "prompt": "hi"}

@@ -7,13 +7,7 @@ from typing import Any
 
 import pytest
 
-from realtime.protocol.errors import (
-    InvalidRequestError,
-    MalformedFrameError,
-    ModelNotFoundError,
-    UnknownFieldError,
-)
-from realtime.protocol.frames import (
+from realtime.dialects.chat.frames import (
     MAX_REQUEST_ID_CHARS,
     CancelFrame,
     CloseSessionFrame,
@@ -22,6 +16,12 @@ from realtime.protocol.frames import (
     decode_client_frame,
     done_frame,
     error_frame,
+)
+from realtime.protocol.errors import (
+    InvalidRequestError,
+    MalformedFrameError,
+    ModelNotFoundError,
+    UnknownFieldError,
 )
 from realtime.protocol.input_limits import InputLimits
 
@@ -271,7 +271,7 @@ def test_rejected_frame_round_trips_into_an_error_frame() -> None:
 
 
 def test_setup_frame_keeps_the_defaults_as_sent() -> None:
-    from realtime.protocol.frames import SessionSetupFrame
+    from realtime.dialects.chat.frames import SessionSetupFrame
 
     defaults = {"max_tokens": 3, "stream": False, "nvext": {"cache_salt": "a"}}
     decoded = decode_client_frame(frame(type="session.setup", model="m", defaults=defaults))

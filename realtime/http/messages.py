@@ -1,0 +1,113 @@
+"""Anthropic's Messages API over HTTP: what Claude Code and the `anthropic` SDKs call.
+
+    POST /v1/messages                 JSON, or SSE with `stream: true` (any query string:
+                                      Claude Code sends `?beta=true`)
+    POST /v1/messages/count_tokens    {"input_tokens": N}
+
+The logic is the dialect's (`realtime.dialects.messages`); this module adds HTTP:
+the body, the cache scope an agent's session header chooses (`cache_scope.py`),
+the SSE framing (each event `event: <type>` + `data: <json>`, keep-alives as
+`ping` events, a late failure as an `error` event, no `[DONE]`), and errors in
+Anthropic's body. Serving (draining, metrics, disconnects, shutdown) is
+`serving.py`'s, shared with the other generation routes. The `anthropic-version`
+and `anthropic-beta` headers are accepted and change nothing.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import orjson
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+
+from realtime.asgi.responses import ORJSONResponse, body_response
+from realtime.config import ServerConfig, input_limits
+from realtime.dialects.messages.build import (
+    MessagesOptions,
+    parse_count_tokens_request,
+    parse_messages_request,
+)
+from realtime.dialects.messages.errors import error_body
+from realtime.dialects.messages.run import MessagesRun, count_tokens
+from realtime.http.cache_scope import cache_scope
+from realtime.http.errors import Endpoint, openai_errors
+from realtime.http.serving import begin, read_json_body, respond
+from realtime.http.sse import SseFraming
+from realtime.pipeline import ChatPipeline
+from realtime.protocol.errors import RealtimeError
+
+#: Anthropic's keep-alive: a `ping` event (its SDKs skip it).
+PING_EVENT = b'event: ping\ndata: {"type":"ping"}\n\n'
+
+
+def encode_event(event: dict[str, Any]) -> bytes:
+    kind: str = event["type"]
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+def encode_error(error: RealtimeError) -> bytes:
+    return encode_event(error_body(error))
+
+
+MESSAGES_FRAMING = SseFraming(
+    encode=encode_event, done=None, error=encode_error, keepalive=PING_EVENT
+)
+
+
+#: Every error of these routes in Anthropic's body (app.py registers it for the paths too,
+#: for what answers before a route runs).
+anthropic_error_response = partial(body_response, error_body)
+
+
+def options(config: ServerConfig) -> MessagesOptions:
+    return MessagesOptions(keep_billing_header=config.keep_billing_header)
+
+
+def anthropic_errors(endpoint: Endpoint) -> Endpoint:
+    """Every failure of `endpoint` answered in Anthropic's error body."""
+    return openai_errors(endpoint, anthropic_error_response)
+
+
+async def create_message(request: Request) -> Response:
+    state = request.app.state
+    pipeline: ChatPipeline = state.pipeline
+    config: ServerConfig = state.config
+    outcome = begin(request)
+    try:
+        body = parse_messages_request(await read_json_body(request), input_limits(config))
+        scope = cache_scope(request.scope["headers"], keys_enabled=bool(config.api_keys))
+        outcome.cache_scope = scope.label
+        streaming = bool(body.stream)
+        run = MessagesRun.prepare(
+            pipeline,
+            body,
+            stream=streaming,
+            session_id=scope.session_id,
+            cache_salt=scope.cache_salt,
+            options=options(config),
+        )
+        await run.constrain()  # a grammar compiles off the loop, before the 200
+    except RealtimeError as exc:
+        outcome.finish("error", error=exc)
+        raise
+    except ClientDisconnect:  # gone during the body upload; answered by the wrapper
+        outcome.finish("cancelled", cause="disconnect")
+        raise
+    outcome.usage, outcome.response_id = run.usage, run.id
+    return await respond(
+        request,
+        outcome,
+        streaming,
+        stream=run.stream,
+        complete=run.complete,
+        framing=MESSAGES_FRAMING,
+        errors=anthropic_error_response,
+    )
+
+
+async def count_message_tokens(request: Request) -> Response:
+    state = request.app.state
+    body = parse_count_tokens_request(await read_json_body(request))
+    return ORJSONResponse(count_tokens(state.pipeline, body, options(state.config)))
