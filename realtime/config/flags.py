@@ -624,7 +624,8 @@ FLAGS: tuple[Flag, ...] = (
         limit=Limit(
             "characters",
             "of text (messages, call arguments, call outputs) in one Realtime event"
-            " session's conversation; more is an `error` event `conversation_full`",
+            " session's conversation, and in a `response.create`'s own `input`; more is an"
+            " `error` event `conversation_full`, before anything is tokenized",
         ),
     ),
     Flag(

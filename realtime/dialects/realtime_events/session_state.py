@@ -20,6 +20,7 @@ from realtime.dialects.realtime_events.build import realtime_generation
 from realtime.dialects.realtime_events.conversation import (
     Conversation,
     item_bytes,
+    item_chars,
     item_object,
 )
 from realtime.dialects.realtime_events.decode import decode_event, parse_input_entry
@@ -257,6 +258,12 @@ class EventSession:
             raise ConversationFullError(
                 f"response.input has {len(items)} items; at most {limits.max_items}"
                 " (this server's --realtime-max-items)",
+                param="response.input",
+            )
+        if sum(item_chars(item) for item in items) > limits.max_conversation_chars:
+            raise ConversationFullError(
+                f"response.input holds more than {limits.max_conversation_chars} characters"
+                " (this server's --realtime-max-conversation-chars)",
                 param="response.input",
             )
         if sum(item_bytes(item) for item in items) > limits.max_conversation_bytes:

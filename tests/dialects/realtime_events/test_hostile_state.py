@@ -226,3 +226,36 @@ async def test_a_large_out_of_band_input_is_prepared_off_the_event_loop(
         done = (await until(ws, "response.done"))[-1]
         assert done["response"]["status"] in ("completed", "incomplete")
     assert threads and loop_thread not in threads, threads
+
+
+async def test_an_out_of_band_input_over_the_conversation_limits_is_refused_before_work(
+    server_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A response's own input is bounded as the conversation is (characters here): a
+    7 MB input is refused at once, before it is templated or tokenized."""
+    prepared: list[str] = []
+    prepare = ChatPipeline.prepare
+
+    def spy(self: ChatPipeline, *args: Any, **kwargs: Any) -> Any:
+        prepared.append(threading.current_thread().name)
+        return prepare(self, *args, **kwargs)
+
+    monkeypatch.setattr(ChatPipeline, "prepare", spy)
+    server = server_factory(ServerConfig(log_level="warning", realtime_max_conversation_chars=1000))
+    create = {
+        "type": "response.create",
+        "response": {"conversation": "none", "input": [user_item("x" * 1001)]},
+    }
+    async with connect(url(server)) as ws:
+        await until(ws, "session.created")
+        await ws.send(json.dumps(create))
+        error = await recv(ws)
+        assert error["type"] == "error", error
+        assert error["error"]["code"] == "conversation_full"
+        assert error["error"]["param"] == "response.input"
+        create["response"]["input"] = [user_item("x" * 1000)]  # type: ignore[index]
+        create["response"]["max_output_tokens"] = 1  # type: ignore[index]
+        await ws.send(json.dumps(create))
+        done = (await until(ws, "response.done"))[-1]
+        assert done["response"]["status"] in ("completed", "incomplete")
+    assert len(prepared) == 1  # only the one within the limit was prepared
