@@ -194,13 +194,18 @@ class Conversation:
         self.bytes += size - old_size
         self._counted[item_id] = (chars, size)
 
-    def delete(self, item_id: str) -> None:
+    def delete(self, item_id: str) -> str | None:
+        """Remove an item; returns the id of the item before it (None: it was first),
+        which now precedes the item that followed it."""
         self.get(item_id)
-        self._order.remove(item_id)
+        position = self._order.index(item_id)
+        previous = self._order[position - 1] if position > 0 else None
+        self._order.pop(position)
         del self._items[item_id]
         chars, size = self._counted.pop(item_id)
         self.chars -= chars
         self.bytes -= size
+        return previous
 
     def truncate(self, item_id: str, content_index: int) -> NoReturn:
         """Always refused: truncation cuts an assistant message's *audio*, which text mode has not.

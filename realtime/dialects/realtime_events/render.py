@@ -165,6 +165,13 @@ class ResponseRenderer:
             item["id"] == item_id and item["status"] == "in_progress" for item in self.output
         )
 
+    def relink(self, deleted: str, previous: str | None) -> None:
+        """Conversation item `deleted` is gone: an item of this response that followed
+        it now follows `previous`."""
+        for item_id, before in self._previous.items():
+            if before == deleted:
+                self._previous[item_id] = previous
+
     def _render(self, change: ItemChange, events: list[dict[str, Any]]) -> None:
         item = change.item
         if item.id in self._forgotten:  # deleted by the client: no event names it again

@@ -179,8 +179,12 @@ class EventSession:
     def _delete_item(self, item_id: str) -> EventReply:
         """Remove an item. No event names it after `conversation.item.deleted`: a
         response writing it is cancelled (the answer had nowhere left to go), one that
-        finished writing it goes on and leaves it out of its `response.done`."""
-        self.conversation.delete(item_id)
+        finished writing it goes on and leaves it out of its `response.done`. An item
+        of a running response that followed the deleted one is shown after the one
+        before it (its `conversation.item.done` never names the deleted item)."""
+        previous = self.conversation.delete(item_id)
+        for active in self.active.values():
+            active.renderer.relink(item_id, previous)
         deleted = {
             "type": "conversation.item.deleted",
             "event_id": self.event_id(),

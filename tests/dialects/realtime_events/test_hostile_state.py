@@ -103,6 +103,39 @@ async def test_deleting_the_item_being_written_cancels_its_response_and_silences
         assert final[-1]["response"]["status"] == "completed"
 
 
+async def test_deleting_the_item_before_the_one_being_written_is_never_named_again(
+    server_factory: Any,
+) -> None:
+    """The response's item followed the deleted one: its `conversation.item.done`
+    names the item before the deleted one as its previous item, and the response
+    goes on."""
+    server = server_factory(ServerConfig(log_level="warning", echo_delay=0.01))
+    async with connect(url(server)) as ws:
+        await until(ws, "session.created")
+        await ws.send(json.dumps({"type": "conversation.item.create", "item": user_item("a")}))
+        first = (await until(ws, "conversation.item.done"))[-1]["item"]["id"]
+        await ws.send(
+            json.dumps({"type": "conversation.item.create", "item": user_item(LONG_TEXT)})
+        )
+        second = (await until(ws, "conversation.item.done"))[-1]["item"]["id"]
+        await ws.send(json.dumps({"type": "response.create"}))
+        added = next(
+            e for e in await until(ws, "response.output_text.delta")
+            if e["type"] == "conversation.item.added"
+        )  # fmt: skip
+        assert added["previous_item_id"] == second
+        await ws.send(json.dumps({"type": "conversation.item.delete", "item_id": second}))
+        events = await until(ws, "response.done")
+        deleted_at = next(
+            i for i, e in enumerate(events) if e["type"] == "conversation.item.deleted"
+        )
+        after = [e for e in events[deleted_at + 1 :] if names(e, second)]
+        assert after == [], f"events named {second} after its deletion: {after}"
+        done = next(e for e in events if e["type"] == "conversation.item.done")
+        assert done["previous_item_id"] == first
+        assert events[-1]["response"]["status"] == "completed"
+
+
 def test_deleting_a_finished_item_of_a_running_response_leaves_it_out_of_response_done() -> None:
     """The rule's other half, without sockets: an item the model already finished is
     forgotten (no more events name it), and the response goes on."""
