@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from realtime.chat.stops import StopMatcher
 from realtime.engine.base import Engine, EngineRequest
-from realtime.engine.errors import GenerationError
+from realtime.engine.errors import GenerationError, RequestPart
 from realtime.model.generation import FinishReason, TokenLogprob
 from realtime.model.tokenizer import Tokenizer
 from realtime.pipeline.engine_errors import client_error
@@ -36,6 +36,8 @@ class TextStep:
     cached_tokens: int | None
     #: Engine-side detail when `finish` is ERROR.
     error: str | None = None
+    #: The part of the request at fault when `finish` is ERROR (None: the engine's fault).
+    error_part: RequestPart | None = None
 
 
 async def text_steps(
@@ -79,7 +81,13 @@ async def text_steps(
                         finish = FinishReason.STOP
                     emit += stops.flush()
                 yield TextStep(
-                    out.token_ids, emit, out.logprobs, finish, out.cached_tokens, out.error
+                    out.token_ids,
+                    emit,
+                    out.logprobs,
+                    finish,
+                    out.cached_tokens,
+                    out.error,
+                    out.error_part,
                 )
                 if finish is not None:
                     return  # leaving the block closes the engine's iterator

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
+from llguidance import LLMatcher
 from tokenizers import Tokenizer
 
-from realtime.constrain import BannedTokens, ConstraintError, ConstraintLimits, json_schema_grammar
+from realtime.constrain import (
+    BannedTokens,
+    ConstraintError,
+    ConstraintLimits,
+    GrammarSpec,
+    json_schema_grammar,
+)
+from realtime.constrain.lark import JSON_OPTIONS
 from realtime.constrain.logits import unpack_bitmask
 from realtime.constrain.matcher import ConstraintCompiler, GrammarMatcher, allowed_rows
 from realtime.constrain.tokenizer import TokenizerBinding
@@ -167,8 +177,56 @@ def test_a_grammar_that_cannot_start_an_answer_is_refused_when_compiled(
     compiler: ConstraintCompiler,
 ) -> None:
     """A schema that only refers to itself compiles, but its first mask fails: that is
-    found on the compiling thread (the request's 400), not in the middle of an answer."""
+    found on the compiling thread (the request's 400), not in the middle of an answer.
+    (`json_schema_grammar` refuses these schemas before compiling: `finite.py`; the
+    compiler's own check is the net under every grammar, so it is tested without it.)"""
     for schema in ({"$ref": "#"}, {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}):
+        with pytest.raises(ConstraintError, match="no finite JSON"):
+            json_schema_grammar(schema)
         with pytest.raises(ConstraintError, match="no answer can start") as refused:
-            compiler.compile(json_schema_grammar(schema))
+            compiler.compile(_unchecked(schema))
         assert refused.value.param == "response_format"
+
+
+def _unchecked(schema: dict[str, object]) -> GrammarSpec:
+    """The grammar of `schema` without the checks `json_schema_grammar` makes first."""
+    grammar = LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)  # type: ignore[arg-type]
+    return GrammarSpec(grammar, "response_format", "json_schema")
+
+
+NESTS_ITSELF = {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]}
+#: An object of 1,500 optional properties (55 kB): llguidance's own row limit, 2000, refuses it.
+WIDE = {
+    "type": "object",
+    "properties": {f"property_{i:04d}": {"type": "string"} for i in range(1500)},
+}
+
+
+@pytest.mark.parametrize(
+    ("schema", "limits", "reason"),
+    [
+        # Forced without end: the first mask is fine; the first forced token is not.
+        (NESTS_ITSELF, ConstraintLimits(), "one token needs more than 50000 parser items"),
+        # Branches more ways than allowed, right after the forced `{`.
+        (WIDE, ConstraintLimits(max_items_in_row=2000), "branches 6007 ways at one point"),
+    ],
+    ids=["forced-without-end", "row-limit"],
+)
+def test_a_grammar_that_fails_on_its_forced_tokens_is_refused_when_compiled(
+    compiler: ConstraintCompiler, schema: dict[str, object], limits: ConstraintLimits, reason: str
+) -> None:
+    """Before these limits were applied at compile time, these grammars compiled and
+    failed at the first token of the answer: a 200, then an error (issue 27)."""
+    spec = dataclasses.replace(_unchecked(schema), limits=limits)
+    with pytest.raises(ConstraintError, match=reason) as refused:
+        compiler.compile(spec)
+    assert refused.value.param == "response_format"
+    assert "--grammar-" in refused.value.message  # the flag that would allow it
+
+
+def test_the_default_row_limit_serves_a_wide_object(compiler: ConstraintCompiler) -> None:
+    """1,500 optional properties are an ordinary (if large) schema: served by default."""
+    matcher = compiler.start(json_schema_grammar(WIDE))
+    for _ in range(2):
+        allowed = torch.nonzero(matcher.allowed()).flatten().tolist()
+        assert allowed and matcher.advance(allowed[0])
