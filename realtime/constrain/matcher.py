@@ -7,9 +7,10 @@ same tools every turn compiles them once. `compile()` returns a
 gives each sequence its own matcher, a copy of the compiled one (microseconds),
 so nothing is ever compiled on an engine's thread.
 
-A matcher's methods run on the engine's model thread (or exllamav2's filter
-workers), never on the event loop: computing a mask costs tens of microseconds
-and llguidance releases the GIL while it works.
+A matcher's methods run on the cpu engine's mask workers (`next_mask.py`) or
+exllamav2's filter workers, never on the event loop: computing a mask costs tens
+of microseconds for an ordinary grammar (up to the step budget for a hostile
+one), and llguidance releases the GIL while it works.
 
 The per-step protocol, for one sequence:
 
@@ -27,7 +28,6 @@ import ctypes
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -36,7 +36,7 @@ import torch
 from llguidance import LLExecutor, LLMatcher, LLParserLimits
 
 from realtime.constrain.errors import ConstraintError, engine_detail, limit_detail
-from realtime.constrain.logits import pack_bitmask, unpack_bitmask, unpack_rows
+from realtime.constrain.logits import pack_bitmask, unpack_bitmask
 from realtime.constrain.spec import BannedTokens, Constraint, ConstraintLimits, GrammarSpec
 from realtime.constrain.tokenizer import TokenizerBinding
 
@@ -64,7 +64,7 @@ class SequenceConstraint(Protocol):
 
     def fill_bitmask_at(self, address: int, words: int) -> None:
         """`fill_bitmask` into raw memory: `words` int32 words at `address`, which the
-        caller has checked (`allowed_rows` checks a whole batch's buffer once)."""
+        caller has checked (a `NextMask` writes its own row)."""
         ...
 
     def advance(self, token_id: int) -> bool:
@@ -265,20 +265,6 @@ class CompiledConstraint:
             return BannedTokenMatcher(self._banned, self.binding)
         assert self._prototype is not None
         return GrammarMatcher(self._prototype.deep_copy(), self.binding, self.description)
-
-
-def allowed_rows(matchers: Sequence[SequenceConstraint], binding: TokenizerBinding) -> torch.Tensor:
-    """`[len(matchers), binding.width]` bool: each matcher's allowed ids, unpacked in one
-    call for the whole batch (the engine masks the batch's logits rows with it).
-
-    The rows are written straight into one buffer: no tensor per row, one check for
-    all (this runs once per forward pass on the engine thread)."""
-    words = binding.mask_words
-    bits = np.empty((len(matchers), words), dtype=np.int32)
-    base, stride = bits.ctypes.data, words * 4
-    for row, matcher in enumerate(matchers):
-        matcher.fill_bitmask_at(base + row * stride, words)
-    return unpack_rows(bits, binding.width)
 
 
 class ConstraintCompiler:

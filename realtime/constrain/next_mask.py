@@ -15,23 +15,39 @@ A fixed mask (banned tokens) costs nothing and is computed inline.
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import numpy.typing as npt
 
 from realtime.constrain.matcher import GrammarMatcher, SequenceConstraint
+from realtime.constrain.priority import lower_priority
 
-#: Threads computing masks for one engine. Two: a sequence whose grammar is cheap
-#: never waits behind more than one costly step of another's.
+#: The most threads computing masks for one engine: with two, a sequence whose grammar
+#: is cheap never waits behind more than one costly step of another's.
 MASK_THREADS = 2
 
 
+def mask_threads(compute_threads: int) -> int:
+    """Mask workers beside `compute_threads` forward-pass threads: the cores those leave,
+    at least one and at most `MASK_THREADS`. Grammar work (a hostile client's included)
+    then never takes the cores the forward pass runs on."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(MASK_THREADS, cores - compute_threads))
+
+
 class MaskWorkers:
-    """The threads that compute one engine's grammar masks (llguidance releases the GIL)."""
+    """The threads that compute one engine's grammar masks (llguidance releases the GIL),
+    at a lower priority than the engine's thread (`lower_priority`)."""
 
     def __init__(self, threads: int = MASK_THREADS) -> None:
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="grammar-mask")
+        self._pool = ThreadPoolExecutor(
+            threads, thread_name_prefix="grammar-mask", initializer=lower_priority
+        )
 
     def submit(self, mask: NextMask, token: int | None) -> Future[None]:
         return self._pool.submit(mask.compute, token)

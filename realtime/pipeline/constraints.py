@@ -50,6 +50,7 @@ from realtime.constrain import (
     response_format_constraint,
 )
 from realtime.constrain.json_schema import ANY_OBJECT
+from realtime.constrain.priority import lower_priority
 from realtime.engine.base import ConstrainingEngine, Engine
 from realtime.pipeline.engine_errors import constraint_error, constraint_field
 from realtime.protocol.errors import UnsupportedFeatureError
@@ -91,7 +92,10 @@ class Constraints:
         self._compiler: ConstraintCompiler | None = None
         # One compile at a time: a client sending a new large schema with every request
         # keeps at most one core busy compiling, not every core the default executor has.
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="grammar-compile")
+        # At a lower priority than the engine and the event loop, as the mask workers.
+        self._pool = ThreadPoolExecutor(
+            1, thread_name_prefix="grammar-compile", initializer=lower_priority
+        )
 
     def close(self) -> None:
         """Take no more compiles (one running finishes: it is bounded by the limits)."""

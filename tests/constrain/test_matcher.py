@@ -18,7 +18,7 @@ from realtime.constrain import (
 )
 from realtime.constrain.lark import JSON_OPTIONS
 from realtime.constrain.logits import unpack_bitmask
-from realtime.constrain.matcher import ConstraintCompiler, GrammarMatcher, allowed_rows
+from realtime.constrain.matcher import ConstraintCompiler, GrammarMatcher
 from realtime.constrain.tokenizer import TokenizerBinding
 
 ENUM = {"type": "string", "enum": ["red", "green"]}
@@ -156,21 +156,6 @@ def test_a_ban_needs_no_compilation_and_never_ends_the_answer(
     compiled = compiler.cached(ban)
     assert compiled is not None and not compiled.ends_answer
     assert not compiled.start().allowed()[5]
-
-
-def test_allowed_rows_unpacks_each_matchers_mask_in_one_batch(
-    compiler: ConstraintCompiler, binding: TokenizerBinding, tiny_tokenizer: Tokenizer
-) -> None:
-    grammar = compiler.start(json_schema_grammar(ENUM))
-    for token in _ids(tiny_tokenizer, '"gr'):
-        assert grammar.advance(token)
-    ban = compiler.start(BannedTokens(frozenset({7}), "tool_choice", "tool_choice none"))
-    fresh = compiler.start(json_schema_grammar(ENUM))
-    rows = allowed_rows([grammar, ban, fresh], binding)
-    assert rows.shape == (3, binding.width) and rows.dtype == torch.bool
-    for row, matcher in zip(rows, (grammar, ban, fresh), strict=True):
-        assert torch.equal(row, matcher.allowed())
-    assert not torch.equal(rows[0], rows[2])
 
 
 def test_a_grammar_that_cannot_start_an_answer_is_refused_when_compiled(

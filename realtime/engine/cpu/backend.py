@@ -91,7 +91,7 @@ from transformers.cache_utils import DynamicLayer
 
 from realtime.constrain.logits import unpack_rows, usable_bans
 from realtime.constrain.matcher import SequenceConstraint
-from realtime.constrain.next_mask import MaskWorkers, NextMask
+from realtime.constrain.next_mask import MaskWorkers, NextMask, mask_threads
 from realtime.engine.base import NORMAL_PRIORITY, EngineOutput, EngineRequest
 from realtime.engine.cpu.batch_cache import KVState
 from realtime.engine.cpu.runner import BatchRunner, Feed, Runner, SoloRunner, verify_batching
@@ -230,7 +230,7 @@ class CpuBackend:
         self._prefilled_last = False
         #: jobs holding logits until their mask is ready, and who computes masks
         self._held: dict[int, _Job] = {}
-        self._mask_workers = MaskWorkers()
+        self._mask_workers = MaskWorkers(mask_threads(torch.get_num_threads()))
         #: which prefilling job goes first in the next prefill pass
         self._prefill_turn = 0
         #: session ids ended from the event loop (`CpuEngine.end_session`), not yet applied
