@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from realtime.config import ServerConfig
+from realtime.dialects.chat.dialect import ChatFrameDialect
 from realtime.model.generation import FinishReason
 from realtime.observability.metrics import Metrics
 from realtime.pipeline.events import Finish, Step, Usage
@@ -122,12 +123,14 @@ class FakeSocket:
 
 async def _one_run(chunks: int, answers: int, loop_pass: bool) -> tuple[float, int]:
     socket = FakeSocket(answers)
+    pipeline = FakePipeline(chunks, loop_pass=loop_pass)
     session = RealtimeSession(
         socket,  # type: ignore[arg-type]
-        FakePipeline(chunks, loop_pass=loop_pass),  # type: ignore[arg-type]
+        pipeline,
         ServerConfig(log_level="warning"),
         metrics=Metrics(),
         conn_id="bench",
+        dialect=ChatFrameDialect.factory(pipeline),  # type: ignore[arg-type]
     )
     started = time.perf_counter()
     await session.run()

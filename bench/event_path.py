@@ -24,9 +24,9 @@ import orjson
 from bench.chunk_path import FakePipeline
 from bench.chunk_path import FakeSocket as ChatSocket
 from realtime.config import ServerConfig
+from realtime.dialects.chat.dialect import ChatFrameDialect
+from realtime.dialects.realtime_events.dialect import RealtimeEventDialect
 from realtime.observability.metrics import Metrics
-from realtime.realtime_events.dialect import RealtimeEventDialect
-from realtime.session.chat_frames import ChatFrameDialect
 from realtime.ws.session import RealtimeSession
 
 ITEM = orjson.dumps(
@@ -77,13 +77,18 @@ class EventSocket:
 
 async def _one_run(events: bool, chunks: int, answers: int) -> float:
     socket: Any = EventSocket(answers) if events else ChatSocket(answers)
+    pipeline: Any = FakePipeline(chunks, loop_pass=False)
     session = RealtimeSession(
         socket,
-        FakePipeline(chunks, loop_pass=False),  # type: ignore[arg-type]
+        pipeline,
         ServerConfig(log_level="warning"),
         metrics=Metrics(),
         conn_id="bench",
-        dialect=RealtimeEventDialect.factory("echo") if events else ChatFrameDialect.from_context,
+        dialect=(
+            RealtimeEventDialect.factory(pipeline, "echo")
+            if events
+            else ChatFrameDialect.factory(pipeline)
+        ),
     )
     started = time.perf_counter()
     await session.run()

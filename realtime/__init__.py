@@ -38,6 +38,9 @@ _EXPORTS: dict[str, str] = {
     "EngineRequestError": "realtime.engine.errors",
     "EngineUnavailable": "realtime.engine.errors",
     "EngineFailure": "realtime.engine.errors",
+    # what an engine reports of its state (optional: `snapshot()`)
+    "EngineSnapshot": "realtime.engine.snapshot",
+    "KvCacheSnapshot": "realtime.engine.snapshot",
     # engines by name: built-in, plug-ins, package.module:factory
     "EngineFactory": "realtime.engine.registry",
     "EngineLoadError": "realtime.engine.registry",
@@ -72,9 +75,11 @@ __all__ = [
     "EngineOutput",
     "EngineRequest",
     "EngineRequestError",
+    "EngineSnapshot",
     "EngineUnavailable",
     "FinishReason",
     "GenerationError",
+    "KvCacheSnapshot",
     "ModelInfo",
     "ParsedOutput",
     "ParsedToolCall",
@@ -147,6 +152,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (tests/test_layers.py all
         GenerationError,
     )
     from realtime.engine.registry import EngineFactory, EngineLoadError, create_engine, engine_names
+    from realtime.engine.snapshot import EngineSnapshot, KvCacheSnapshot
     from realtime.model.generation import FinishReason, TokenLogprob
     from realtime.model.info import ModelInfo
     from realtime.model.template import ChatTemplate

@@ -1,10 +1,17 @@
-"""Build the ASGI application: routes, access control, metrics, and the engine's lifespan."""
+"""Build the ASGI application: routes, access control, metrics, and the engine's lifespan.
+
+The socket protocols are registered here, one line each (`SOCKET_PROTOCOLS`): the
+route a protocol is served on, and how its handshake selector is made from what
+the app builds (`ServerParts`). A protocol's own package (`realtime.dialects`)
+holds everything else.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -17,9 +24,17 @@ from realtime.asgi.auth import ApiKeys, OriginPolicy
 from realtime.asgi.lifecycle import Lifecycle
 from realtime.asgi.lifespan_errors import OneLineLifespanErrors
 from realtime.config import ServerConfig, constraint_limits, input_limits
+from realtime.config.values import store_url_refusal
+from realtime.dialects.chat.selector import chat_frames
+from realtime.dialects.realtime_events.limits import EventLimits
+from realtime.dialects.realtime_events.selector import realtime_events
+from realtime.dialects.responses import ResponsesService
+from realtime.dialects.responses.dialect import SocketLimits
+from realtime.dialects.responses.selector import responses_mode
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
 from realtime.engine.registry import build_engine, resolve_engine
+from realtime.engine.snapshot import ReportsSnapshot
 from realtime.http.chat_completions import chat_completions
 from realtime.http.completions import completions
 from realtime.http.errors import handle_http_exception, handle_realtime_error, openai_errors
@@ -36,14 +51,15 @@ from realtime.http.responses import (
 from realtime.http.tokenize import detokenize_route, tokenize_route
 from realtime.http.ui import ui_routes
 from realtime.observability.metrics import Metrics
+from realtime.observability.vllm_metrics import VllmMetrics
 from realtime.pipeline import ChatPipeline
 from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.errors import RealtimeError
-from realtime.responses import MemoryResponseStore, ResponsesService, ResponseStore
-from realtime.responses.sqlite_store import SQLiteResponseStore
+from realtime.session.dialect import DialectSelector
+from realtime.store import MemoryResponseStore, ResponseStore
+from realtime.store.sqlite import SQLiteResponseStore
+from realtime.ws.endpoint import session_endpoint
 from realtime.ws.hub import SessionHub
-from realtime.ws.realtime_events import realtime_endpoint
-from realtime.ws.responses_mode import responses_ws_endpoint
 
 log = logging.getLogger("realtime")
 
@@ -73,8 +89,80 @@ def engine_from_config(config: ServerConfig) -> Engine:
     return build_engine(source, **options)
 
 
+@dataclass(frozen=True, slots=True)
+class ServerParts:
+    """What the app builds once; each socket protocol's selector is made from it."""
+
+    config: ServerConfig
+    pipeline: ChatPipeline
+    responses: ResponsesService
+
+
+@dataclass(frozen=True, slots=True)
+class SocketProtocol:
+    """One protocol on a socket route: the route's path, and how its handshake selector
+    is made from the server's parts when the app is built."""
+
+    path: str
+    selector: Callable[[ServerParts], DialectSelector]
+
+
+def event_limits(config: ServerConfig) -> EventLimits:
+    """The Realtime event sessions' limits, from the server's settings."""
+    return EventLimits(
+        max_items=config.realtime_max_items,
+        max_conversation_chars=config.realtime_max_conversation_chars,
+        max_tools=config.realtime_max_tools,
+        max_active_responses=config.max_concurrent_per_socket,
+    )
+
+
+def responses_socket_limits(config: ServerConfig) -> SocketLimits:
+    """WebSocket mode's per-socket limits, from the server's settings."""
+    return SocketLimits(
+        max_age_seconds=config.responses_ws_max_age_seconds,
+        max_streams=config.responses_ws_max_streams,
+        memory_bytes=config.responses_ws_memory_bytes,
+    )
+
+
+#: Every socket protocol the server speaks, one line each. A route tries its protocols'
+#: selectors in this order and the first that claims a handshake picks its dialect.
+#: Adding a protocol: its package under realtime/dialects/, and its line here.
+SOCKET_PROTOCOLS: tuple[SocketProtocol, ...] = (
+    # /v1/realtime: the Realtime events with `?model=`, chat frames otherwise
+    SocketProtocol("/v1/realtime", lambda p: realtime_events(p.pipeline, event_limits(p.config))),
+    SocketProtocol("/v1/realtime", lambda p: chat_frames(p.pipeline)),
+    # /v1/responses (WebSocket): the Responses API's WebSocket mode
+    SocketProtocol(
+        "/v1/responses",
+        lambda p: responses_mode(
+            p.responses, responses_socket_limits(p.config), keyed=bool(p.config.api_keys)
+        ),
+    ),
+)
+
+
+def socket_paths(protocols: Sequence[SocketProtocol] = SOCKET_PROTOCOLS) -> list[str]:
+    """The socket routes' paths, each once, in order (docs/asyncapi.yaml's channels)."""
+    return list(dict.fromkeys(protocol.path for protocol in protocols))
+
+
+def socket_routes(
+    parts: ServerParts, protocols: Sequence[SocketProtocol] = SOCKET_PROTOCOLS
+) -> list[BaseRoute]:
+    """One WebSocket route per path, its selectors in the protocols' order."""
+    return [
+        WebSocketRoute(
+            path,
+            session_endpoint(*[p.selector(parts) for p in protocols if p.path == path]),
+        )
+        for path in socket_paths(protocols)
+    ]
+
+
 def routes() -> list[BaseRoute]:
-    """The route table (also the source of docs/openapi.json's paths)."""
+    """The HTTP route table (also the source of docs/openapi.json's paths)."""
     return [
         Route("/v1/chat/completions", openai_errors(chat_completions), methods=["POST"]),
         Route("/v1/completions", openai_errors(completions), methods=["POST"]),
@@ -96,8 +184,6 @@ def routes() -> list[BaseRoute]:
         Route("/health", openai_errors(health), methods=["GET"]),
         Route("/ready", openai_errors(ready), methods=["GET"]),
         Route("/metrics", openai_errors(metrics_route), methods=["GET"]),
-        WebSocketRoute("/v1/realtime", realtime_endpoint),
-        WebSocketRoute("/v1/responses", responses_ws_endpoint),
     ]
 
 
@@ -108,12 +194,30 @@ def response_store(config: ServerConfig) -> ResponseStore:
     if config.response_store_dir is None:
         log.info("stored responses are kept in memory (lost on restart; see --response-store)")
         return MemoryResponseStore(max_age_seconds=age, max_bytes=size)
+    refusal = store_url_refusal(config.response_store_dir)
+    if refusal is not None:  # the command line refuses it first; this is for embedders
+        raise ValueError(f"response store: {refusal}")
     return SQLiteResponseStore(config.response_store_dir, max_age_seconds=age, max_bytes=size)
 
 
-def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
-    """The whole server as one ASGI app. Pass `engine` to serve one you built yourself."""
+def build_app(
+    config: ServerConfig,
+    engine: Engine | None = None,
+    *,
+    protocols: Sequence[SocketProtocol] = SOCKET_PROTOCOLS,
+) -> Starlette:
+    """The whole server as one ASGI app. Pass `engine` to serve one you built yourself,
+    `protocols` to speak other socket protocols than `SOCKET_PROTOCOLS`."""
     engine = engine if engine is not None else engine_from_config(config)
+    metrics = Metrics()
+    # vLLM's metric names, for routers and autoscalers; the engine's state is read
+    # through its snapshot() at scrape time.
+    vllm = VllmMetrics(
+        metrics.registry,
+        engine.info.name,
+        engine.info.context_length,
+        engine.snapshot if isinstance(engine, ReportsSnapshot) else None,
+    )
     # Parser names are checked here, before anything listens (UnknownParserError is a
     # ValueError listing the valid names).
     pipeline = ChatPipeline(
@@ -124,15 +228,18 @@ def build_app(config: ServerConfig, engine: Engine | None = None) -> Starlette:
         max_speculative=config.max_speculative,
         max_tokens_cap=config.max_tokens_cap,
         constraint_limits=constraint_limits(config),
+        meter=vllm,
     )
     responses = ResponsesService(pipeline, response_store(config), limits=input_limits(config))
-    metrics = Metrics()
     hub = SessionHub(config.max_connections)
     ui = ui_routes() if config.ui else []
-    table = [*routes(), *ui]
+    sockets = socket_routes(ServerParts(config, pipeline, responses), protocols)
+    table = [*routes(), *sockets, *ui]
     #: Paths served without a key (and without the Origin check); add to it at will.
     #: The page loads before its user has typed a key; its API calls still need one.
     open_paths = set(OPEN_PATHS) | {route.path for route in ui}
+    if config.open_metrics:
+        open_paths.add("/metrics")
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -21,7 +21,15 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="realtime", description=__doc__)
     parser.add_argument("--version", action="version", version=f"realtime {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the server")
+    serve = commands.add_parser(
+        "serve",
+        help="run the server",
+        # A short usage line: argparse's own lists all 60 flags, 60 lines above a usage error.
+        usage="%(prog)s [-h] [OPTIONS]",
+        description="Serve a model over /v1/realtime and the OpenAI-compatible HTTP API"
+        " (the echo engine unless --engine says otherwise). docs/flags.md has every"
+        " option in tables.",
+    )
     add_flags(serve)
     return parser
 
@@ -76,17 +84,15 @@ def _with_engine_option_flags(
     return options
 
 
-def _resolve_engine(name: str) -> str:
-    """`--engine auto` becomes the engine it picks here, before anything else reads it;
-    a plug-in is imported (EngineLoadError when it cannot be) and a built-in named by
-    its module path becomes its name."""
+def _resolve_engine(name: str) -> tuple[str, str | None]:
+    """`--engine auto` becomes the engine it picks here, before anything else reads it,
+    with why (logged once logging is set up); a plug-in is imported (EngineLoadError when
+    it cannot be) and a built-in named by its module path becomes its name."""
     if name != "auto":
-        return resolve_engine(name).name
+        return resolve_engine(name).name, None
     from realtime.engine.auto import choose_engine
 
-    chosen, reason = choose_engine()
-    logging.getLogger("realtime").info("--engine auto: %s", reason)
-    return chosen
+    return choose_engine()
 
 
 def _api_keys(keys: tuple[str, ...], key_file: str | None) -> tuple[str, ...]:
@@ -102,13 +108,18 @@ def _api_keys(keys: tuple[str, ...], key_file: str | None) -> tuple[str, ...]:
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """The `ServerConfig` the parsed flags describe (`--engine auto` resolved here)."""
+    return _config_and_choice(args)[0]
+
+
+def _config_and_choice(args: argparse.Namespace) -> tuple[ServerConfig, str | None]:
+    """`config_from_args`, and why `--engine auto` chose its engine (None: not auto)."""
     values = {f.field: f.to_config(getattr(args, f.dest)) for f in FLAGS if f.field is not None}
-    values["engine"] = _resolve_engine(values["engine"])
+    values["engine"], choice = _resolve_engine(values["engine"])
     values["api_keys"] = _api_keys(values["api_keys"], args.api_key_file)
     values["engine_options"] = _with_engine_option_flags(
         _engine_options(args, values["engine"], chosen=args.engine == "auto"), args.engine_option
     )
-    return ServerConfig(**values)
+    return ServerConfig(**values), choice
 
 
 def open_server_warning(config: ServerConfig) -> str | None:
@@ -131,12 +142,16 @@ def engine_preflight(engine: str) -> str | None:
     return None if ok else reason
 
 
-def serve(config: ServerConfig) -> int:
+def serve(config: ServerConfig, engine_choice: str | None = None) -> int:
+    """Run the server until it is stopped; `engine_choice`: why `--engine auto` chose
+    the engine, logged first."""
     from realtime.app import build_app, engine_from_config
     from realtime.observability.logs import configure_logging
     from realtime.server import RealtimeServer, listening_sockets, tune_gc, uvicorn_config
 
     configure_logging(config.log_level, config.log_format, config.api_keys)
+    if engine_choice is not None:
+        logging.getLogger("realtime").info("--engine auto: %s", engine_choice)
     warning = open_server_warning(config)
     if warning is not None:
         logging.getLogger("realtime").warning(
@@ -155,11 +170,17 @@ def serve(config: ServerConfig) -> int:
         return EXIT_CANNOT_LISTEN
     try:
         engine = engine_from_config(config)
-        app = build_app(config, engine)
     except (ValueError, ImportError) as exc:
         for sock in sockets:
             sock.close()
         print(f"realtime: cannot start engine {config.engine!r}: {exc}", file=sys.stderr)
+        return 2
+    try:  # the rest (parsers, the response store) is not the engine's fault
+        app = build_app(config, engine)
+    except ValueError as exc:
+        for sock in sockets:
+            sock.close()
+        print(f"realtime: cannot start: {exc}", file=sys.stderr)
         return 2
 
     def announce(port: int | None) -> None:
@@ -206,13 +227,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "serve":
         try:
-            config = config_from_args(args)
+            config, engine_choice = _config_and_choice(args)
         except EngineLoadError as exc:  # one line, no usage: the engine spec was understood
             print(f"realtime: cannot load engine {args.engine!r}: {exc}", file=sys.stderr)
             return 2
         except (OSError, ValueError) as exc:
             parser.error(str(exc))
-        return serve(config)
+        return serve(config, engine_choice)
     return 2  # pragma: no cover - argparse enforces a command
 
 

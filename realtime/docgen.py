@@ -11,7 +11,7 @@
 * docs/openapi.json: the HTTP routes (from the app's route table) with the
   request and response schemas generated from the pydantic models;
 * docs/asyncapi.yaml: /v1/realtime, with one message per frame type generated
-  from `realtime.protocol.frame_models`.
+  from `realtime.dialects.chat.frame_models`.
 
 The tests run the check, so a change to a model, a route, a state table or a
 default that is not reflected in the docs fails the build.
@@ -30,33 +30,31 @@ from typing import Any
 
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
-from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.routing import BaseRoute, Route
 
 from realtime import __version__
 from realtime.config import ServerConfig
 from realtime.config.flags import FLAGS, GROUPS, Flag
 from realtime.config.values import Integer, Number
+from realtime.dialects.chat.completions import CompletionRequest, TextCompletion
+from realtime.dialects.chat.frame_models import CLIENT_FRAMES, SERVER_FRAMES
+from realtime.dialects.chat.request import ChatCompletionRequest
+from realtime.dialects.chat.response import ChatCompletion, ChatCompletionChunk, ErrorBody
 from realtime.dialects.chat.tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
     TokenizeRequest,
     TokenizeResponse,
 )
-from realtime.http.schemas import Health, ModelList, Readiness, ServedModel
-from realtime.protocol.completions import CompletionRequest, TextCompletion
-from realtime.protocol.frame_models import CLIENT_FRAMES, SERVER_FRAMES
-from realtime.protocol.request import ChatCompletionRequest
-from realtime.protocol.response import ChatCompletion, ChatCompletionChunk, ErrorBody
-from realtime.protocol.states import REQUEST, SETUP, SOCKET
-from realtime.realtime_events.event_models import CLIENT_EVENTS_DOC, SERVER_EVENTS_DOC
-from realtime.responses.items import (
+from realtime.dialects.realtime_events.event_models import CLIENT_EVENTS_DOC, SERVER_EVENTS_DOC
+from realtime.dialects.responses.items import (
     FunctionCallItem,
     FunctionCallOutputItem,
     MessageItem,
     ReasoningItem,
 )
-from realtime.responses.request import ResponseCreateEvent, ResponsesRequest
-from realtime.responses.schemas import (
+from realtime.dialects.responses.request import ResponseCreateEvent, ResponsesRequest
+from realtime.dialects.responses.schemas import (
     DeletedResponse,
     InputItemList,
     ResponseStreamEvent,
@@ -64,8 +62,10 @@ from realtime.responses.schemas import (
     SocketResponseEvent,
     SocketSteerEvent,
 )
-from realtime.responses.schemas import Response as ResponseObject
-from realtime.responses.tools import FunctionTool
+from realtime.dialects.responses.schemas import Response as ResponseObject
+from realtime.dialects.responses.tools import FunctionTool
+from realtime.http.schemas import Health, ModelList, Readiness, ServedModel
+from realtime.protocol.states import REQUEST, SETUP, SOCKET
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 REF = "#/components/schemas/{model}"
@@ -496,8 +496,8 @@ RESPONSES_SERVER_EVENTS: dict[str, type[BaseModel]] = {
 }
 
 
-def asyncapi(routes: list[BaseRoute]) -> dict[str, Any]:
-    ws_paths = [r.path for r in routes if isinstance(r, WebSocketRoute)]
+def asyncapi(ws_paths: list[str]) -> dict[str, Any]:
+    """The socket protocols' document; `ws_paths`: the socket routes (the app's)."""
     frame_models = {**CLIENT_FRAMES, **SERVER_FRAMES}
     responses_models = {**RESPONSES_CLIENT_EVENTS, **RESPONSES_SERVER_EVENTS}
     event_models = {**CLIENT_EVENTS_DOC, **SERVER_EVENTS_DOC}
@@ -669,6 +669,7 @@ def dump_yaml(data: Any) -> str:
 
 def generated_files(docs: Path = DOCS) -> dict[Path, str]:
     from realtime.app import routes as app_routes
+    from realtime.app import socket_paths
 
     table = app_routes()
     protocol = docs / "protocol.md"
@@ -677,7 +678,7 @@ def generated_files(docs: Path = DOCS) -> dict[Path, str]:
         protocol: render_protocol_md(protocol.read_text(encoding="utf-8")),
         flags: render_sections(flags.read_text(encoding="utf-8"), FLAGS_SECTIONS, "docs/flags.md"),
         docs / "openapi.json": json.dumps(openapi(table), indent=2, ensure_ascii=False) + "\n",
-        docs / "asyncapi.yaml": dump_yaml(asyncapi(table)),
+        docs / "asyncapi.yaml": dump_yaml(asyncapi(socket_paths())),
     }
 
 

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from realtime.app import build_app
+from realtime.app import SOCKET_PROTOCOLS, SocketProtocol, build_app
 from realtime.config import ServerConfig
 from realtime.engine.base import Engine
 from realtime.engine.echo import EchoEngine
@@ -67,17 +67,19 @@ def start_server(
     config: ServerConfig | None = None,
     engine: Engine | None = None,
     socket_buffer_bytes: int | None = None,
+    protocols: Sequence[SocketProtocol] = SOCKET_PROTOCOLS,
 ) -> RunningServer:
     """Serve `engine` on a free loopback port.
 
     `socket_buffer_bytes` fixes the kernel buffers of accepted connections (they
     inherit them from the listening socket), standing in for a slow network so
-    backpressure tests do not depend on the kernel's buffer autotuning.
+    backpressure tests do not depend on the kernel's buffer autotuning. `protocols`:
+    the socket protocols the app speaks (`build_app`'s).
     """
     config = config or ServerConfig(log_level="warning")
     engine = engine or EchoEngine(delay=config.echo_delay)
     sock = loopback_socket(buffer_bytes=socket_buffer_bytes)
-    app = build_app(config, engine)
+    app = build_app(config, engine, protocols=protocols)
     server = RealtimeServer(uvicorn_config(config, app), app, config.shutdown_grace_seconds)
     runner = ServerThread(server, sock)
     server.config.port = runner.port
@@ -95,8 +97,9 @@ def server_factory() -> Iterator[Callable[..., RunningServer]]:
         config: ServerConfig | None = None,
         engine: Engine | None = None,
         socket_buffer_bytes: int | None = None,
+        protocols: Sequence[SocketProtocol] = SOCKET_PROTOCOLS,
     ) -> RunningServer:
-        running = start_server(config, engine, socket_buffer_bytes)
+        running = start_server(config, engine, socket_buffer_bytes, protocols)
         started.append(running)
         return running
 

@@ -28,9 +28,9 @@ from realtime.app import build_app
 from realtime.cli import _parser, config_from_args
 from realtime.config import ServerConfig
 from realtime.config.flags import FLAGS
+from realtime.dialects.chat.request import ChatCompletionRequest
 from realtime.protocol import errors
 from realtime.protocol.close_codes import CloseCode
-from realtime.protocol.request import ChatCompletionRequest
 from tests.ws.wsclient import recv_frame
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

@@ -102,7 +102,9 @@ def template_messages(items: Iterable[Item]) -> list[dict[str, Any]]:
 
 
 def template_tools(tools: Sequence[FunctionTool] | None) -> list[dict[str, Any]] | None:
-    """The template's `tools`, in the chat API's shape every template reads."""
+    """The template's `tools`, in the chat API's shape every template reads: a name, a
+    description and the parameters. `strict` is how the server checks the arguments,
+    not something the model reads, so it never changes the prompt."""
     if not tools:
         return None
     out = []
@@ -112,8 +114,6 @@ def template_tools(tools: Sequence[FunctionTool] | None) -> list[dict[str, Any]]
             function["description"] = tool.description
         if tool.parameters is not None:
             function["parameters"] = tool.parameters
-        if tool.strict is not None:
-            function["strict"] = tool.strict
         out.append({"type": "function", "function": function})
     return out
 

@@ -20,7 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from realtime.chat.conversation import template_messages
 from realtime.model.template import ChatTemplate
+from realtime.protocol.conversation import FunctionCallOutput, Item, Message
 from realtime.protocol.errors import InvalidRequestError
 
 #: Letters and digits only, so filters like `trim` leave it whole and it cannot merge
@@ -59,6 +61,10 @@ def next_turn_prefix(
 
 def _placeholder(answer: dict[str, Any]) -> dict[str, Any]:
     calls = answer.get("tool_calls") or []
+    item: Item
     if calls:
-        return {"role": "tool", "tool_call_id": calls[0].get("id", ""), "content": PLACEHOLDER}
-    return {"role": "user", "content": PLACEHOLDER}
+        item = FunctionCallOutput(calls[0].get("id", ""), (PLACEHOLDER,))
+    else:
+        item = Message("user", (PLACEHOLDER,))
+    [message] = template_messages([item])
+    return message

@@ -35,7 +35,7 @@ from realtime.client.types import (
     ResponseDone,
     ToolCall,
 )
-from realtime.protocol.response import ChatCompletionChunk
+from realtime.dialects.chat.response import ChatCompletionChunk
 
 __all__ = [
     "DEFAULT_URL",

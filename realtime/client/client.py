@@ -63,13 +63,13 @@ from realtime.client.types import (
     ToolCall,
     fold_tool_calls,
 )
-from realtime.protocol.response import ChatCompletionChunk, ErrorDetail, ModelCard
+from realtime.dialects.chat.response import ChatCompletionChunk, ErrorDetail, ModelCard
 
 log = logging.getLogger("realtime.client")
 
 DEFAULT_URL = "ws://127.0.0.1:8000/v1/realtime"
 
-# Frame types, as in docs/protocol.md (realtime/protocol/frames.py on the server).
+# Frame types, as in docs/protocol.md (realtime/dialects/chat/frames.py on the server).
 REQUEST_TYPE = "response.create"
 CANCEL_TYPE = "response.cancel"
 CLOSE_TYPE = "session.close"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from realtime.protocol.response import ErrorDetail
+from realtime.dialects.chat.response import ErrorDetail
 
 
 class RealtimeClientError(Exception):

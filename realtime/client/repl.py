@@ -102,7 +102,7 @@ from realtime.client.terminal import (
     input_with_text,
 )
 from realtime.client.types import ClientEvent, ReconnectPolicy, ToolCall, fold_tool_calls
-from realtime.protocol.response import ChatCompletionChunk
+from realtime.dialects.chat.response import ChatCompletionChunk
 
 __all__ = [
     "DEFAULT_URL",
@@ -576,6 +576,7 @@ class Repl:
         except ValueError as exc:
             self._error(f"{path} is not a saved conversation: {exc}")
             return
+        count = len(messages)  # the system prompt too, as `/save` counts it
         system = None
         if messages and messages[0]["role"] == "system":
             system = _message_text(messages.pop(0))
@@ -583,7 +584,7 @@ class Repl:
         if model:
             self.model = model
         self.params = params
-        self._note(f"[loaded {len(messages)} messages from {path}; model {self.model}]")
+        self._note(f"[loaded {count} messages from {path}; model {self.model}]")
 
     # --- one turn ---
 

@@ -30,7 +30,7 @@ from realtime.client.client import (
 )
 from realtime.client.errors import APIError, RealtimeClientError
 from realtime.client.types import ChatResult, ConnectionState, ResponseDone
-from realtime.protocol.response import ChatCompletionChunk, ModelCard
+from realtime.dialects.chat.response import ChatCompletionChunk, ModelCard
 
 T = TypeVar("T")
 

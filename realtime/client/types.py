@@ -1,6 +1,6 @@
 """Value types of the client library: the terminal frame, a folded answer, events, the retry policy.
 
-Chunks themselves are `realtime.protocol.response.ChatCompletionChunk`, the same
+Chunks themselves are `realtime.dialects.chat.response.ChatCompletionChunk`, the same
 pydantic models that document the wire shape, so client and server cannot drift.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from realtime.protocol.response import ChatCompletionChunk, FinishReasonName, Usage
+from realtime.dialects.chat.response import ChatCompletionChunk, FinishReasonName, Usage
 
 
 class ResponseDone(BaseModel):

@@ -34,6 +34,7 @@ from realtime.config.values import (
     api_key,
     engine_option,
     gpu_split,
+    store_directory,
 )
 from realtime.engine.registry import engine_names
 from realtime.protocol.json_input import MAX_JSON_DEPTH_CEILING
@@ -174,7 +175,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--queue-size",
         "server",
-        "requests queued per socket before the server stops reading it",
+        "requests queued per socket before the server stops reading it (default %(default)s)",
         field="request_queue_size",
         value=POSITIVE,
         limit=Limit(
@@ -198,7 +199,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--max-concurrent",
         "server",
-        "requests generating at once per socket",
+        "requests generating at once per socket (default %(default)s)",
         field="max_concurrent_per_socket",
         value=POSITIVE,
         limit=Limit("requests", "generating at once per socket; the rest wait in the queue"),
@@ -206,7 +207,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--max-frame-bytes",
         "server",
-        "largest WebSocket message accepted; larger closes with 1009",
+        "largest WebSocket message accepted; larger closes with 1009 (default %(default)s)",
         field="max_frame_bytes",
         value=POSITIVE,
         limit=Limit("bytes", "a larger message closes the socket with 1009"),
@@ -221,7 +222,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--sse-keepalive",
         "server",
-        "seconds of silence before an SSE keep-alive comment",
+        "seconds of silence before an SSE keep-alive comment (default %(default)s)",
         field="sse_keepalive_seconds",
         value=POSITIVE_NUMBER,
         limit=Limit("seconds", "of SSE silence before a `: keep-alive` comment"),
@@ -229,7 +230,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--shutdown-grace",
         "server",
-        "seconds shutdown waits for sockets to close and HTTP requests to finish",
+        "seconds shutdown waits for sockets to close and HTTP requests to finish"
+        " (default %(default)s)",
         field="shutdown_grace_seconds",
         value=POSITIVE_NUMBER,
         limit=Limit(
@@ -304,7 +306,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--dtype",
         "cpu engine",
-        "weights dtype",
+        "weights dtype (default float32)",
         engine=EngineOption(("cpu",), "dtype"),
         choices=("float32", "bfloat16", "float16"),
     ),
@@ -364,7 +366,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--cache-mode",
         "exllamav2 engine",
-        "KV cache precision",
+        "KV cache precision (default FP16)",
         engine=EngineOption(("exllamav2",), "cache_mode"),
         choices=("FP16", "Q4", "Q6", "Q8"),
     ),
@@ -386,7 +388,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--max-chunk-size",
         "exllamav2 engine",
-        "prefill tokens per pass (multiple of 256)",
+        "prefill tokens per pass (multiple of 256; default: exllamav2's)",
         engine=EngineOption(("exllamav2",), "max_chunk_size"),
         value=POSITIVE,
     ),
@@ -422,6 +424,14 @@ FLAGS: tuple[Flag, ...] = (
         field="allowed_origins",
         metavar="ORIGIN",
         kind="repeat",
+    ),
+    Flag(
+        "--open-metrics",
+        "access",
+        "serve GET /metrics without an API key, for the routers and autoscalers that scrape"
+        " it with none (it shows load and counts, never a request's content)",
+        field="open_metrics",
+        kind="switch",
     ),
     Flag(
         "--forwarded-allow-ips",
@@ -830,6 +840,7 @@ FLAGS: tuple[Flag, ...] = (
         "directory of the SQLite file that keeps stored responses across restarts"
         " (created if missing); default: in memory only, lost on restart",
         field="response_store_dir",
+        value=store_directory,
         metavar="DIR",
     ),
     Flag(

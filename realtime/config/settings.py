@@ -13,6 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from realtime.constrain.spec import ConstraintLimits
+from realtime.dialects.realtime_events.limits import (
+    DEFAULT_MAX_CONVERSATION_CHARS,
+    DEFAULT_MAX_ITEMS,
+    DEFAULT_MAX_TOOLS,
+)
 from realtime.protocol.input_limits import (
     DEFAULT_MAX_STOP_CHARS,
     DEFAULT_MAX_STOP_STRINGS,
@@ -22,11 +27,6 @@ from realtime.protocol.json_input import (
     DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_MAX_JSON_VALUES,
     MAX_JSON_DEPTH_CEILING,
-)
-from realtime.realtime_events.limits import (
-    DEFAULT_MAX_CONVERSATION_CHARS,
-    DEFAULT_MAX_ITEMS,
-    DEFAULT_MAX_TOOLS,
 )
 
 #: The grammar engine's own defaults, which the flags start from.
@@ -108,6 +108,8 @@ class ServerConfig:
     grammar_lexer_states: int = _GRAMMAR_LIMITS.max_lexer_states
     api_keys: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
+    #: GET /metrics without an API key: routers and autoscalers scrape with none.
+    open_metrics: bool = False
 
     # HTTP
     sse_keepalive_seconds: float = 15.0

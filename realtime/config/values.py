@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,3 +103,28 @@ def engine_option(text: str) -> tuple[str, Any]:
         return key, json.loads(raw)
     except ValueError:
         return key, raw
+
+
+#: A URL's start: a scheme (RFC 3986's characters) and `://`.
+_URL_START = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def store_url_refusal(text: str) -> str | None:
+    """Why `text` is no response-store directory: it looks like a URL
+    (`postgresql://host/db`), which would otherwise become `./postgresql:/host/db`.
+    Only the scheme is quoted: the rest of a URL may hold a password. None: a path."""
+    match = _URL_START.match(text)
+    if match is None:
+        return None
+    return (
+        f"{match[1]}:// URLs are not supported: give a directory (stored responses are kept"
+        " in SQLite there) or leave the flag out (kept in memory)"
+    )
+
+
+def store_directory(text: str) -> str:
+    """`--response-store`: a directory; a URL is a usage error, never a relative path."""
+    refusal = store_url_refusal(text)
+    if refusal is not None:
+        raise argparse.ArgumentTypeError(refusal)
+    return text

@@ -7,7 +7,7 @@ Done on the engine's thread between passes, it would delay every sequence of the
 batch. So after a sequence samples a token, taking the token and computing the
 following mask go to `MaskWorkers`, while the engine runs its next forward pass;
 when the sequence's logits are ready, its mask usually is too. When it is not,
-the engine holds that sequence's logits and leaves it out of passes until the
+the engine parks that sequence (its logits kept) and leaves it out of passes until the
 mask is ready (`cpu/backend.py`): a slow grammar delays only its own sequence.
 
 A fixed mask (banned tokens) costs nothing and is computed inline.

@@ -32,6 +32,7 @@ from realtime.engine.errors import (
     RequestPart,
 )
 from realtime.engine.recent import RecentDict
+from realtime.engine.snapshot import EngineSnapshot
 from realtime.model.generation import FinishReason, TokenLogprob
 from realtime.model.info import ModelInfo
 from realtime.model.template import ChatTemplate
@@ -162,6 +163,10 @@ class EchoEngine:
 
     async def close(self) -> None:
         self._started = False
+
+    def snapshot(self) -> EngineSnapshot:
+        """Its requests all run at once (nothing waits) and it keeps no KV cache."""
+        return EngineSnapshot(running=self.stats.active)
 
     async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
         if self.unavailable is not None:

@@ -45,6 +45,7 @@ from realtime.engine.base import EngineOutput, EngineRequest
 from realtime.engine.echo import EchoStats, EchoTokenizer, check_context
 from realtime.engine.errors import EngineFailure
 from realtime.engine.recent import RecentList
+from realtime.engine.snapshot import EngineSnapshot
 from realtime.model.generation import FinishReason, TokenLogprob
 from realtime.model.info import ModelInfo
 from realtime.model.model_dir import load_model_dir
@@ -191,6 +192,10 @@ class ScriptedEngine:
     @property
     def unavailable_reason(self) -> str | None:
         return None if self._started else "the engine has not started"
+
+    def snapshot(self) -> EngineSnapshot:
+        """Its requests all run at once (nothing waits) and it keeps no KV cache."""
+        return EngineSnapshot(running=self.stats.active)
 
     @property
     def remaining(self) -> list[str]:

@@ -44,7 +44,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from realtime.engine.base import EngineOutput, EngineRequest
+from realtime.engine.base import NORMAL_PRIORITY, EngineOutput, EngineRequest
 from realtime.engine.errors import EngineRequestError, EngineUnavailable
 from realtime.engine.output_channel import OUTPUT_QUEUE_LIMIT, Delivery, OutputChannel
 
@@ -140,6 +140,10 @@ class ThreadedEngineCore:
         self._wake_scheduled = False
         self.failure: str | None = None
         self.stats = CoreStats()
+        #: client requests handed to the thread (event loop side), and those it has taken
+        #: (thread side): the difference is waiting in the command queue (`queued`)
+        self._adds_sent = 0
+        self._adds_taken = 0
 
     # --- lifecycle (event loop side) ---
 
@@ -158,12 +162,19 @@ class ThreadedEngineCore:
         self._commands.put(("stop", 0, None, None))
         await asyncio.to_thread(self._thread.join)
         self._thread = None
+        self._adds_taken = self._adds_sent  # what was never taken never will be
         for channel in self._jobs.values():
             channel.fail(EngineUnavailable("engine unavailable: shutting down"))
 
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and self._ready.is_set()
+
+    @property
+    def queued(self) -> int:
+        """Client (normal-priority) requests sent to the engine thread that it has not
+        taken yet: they wait while a step runs. Readable from any thread."""
+        return max(0, self._adds_sent - self._adds_taken)
 
     # --- requests (event loop side) ---
 
@@ -174,6 +185,8 @@ class ThreadedEngineCore:
         job_id = next(self._ids)
         channel = OutputChannel(self._output_limit, merge=self._merge_backlog)
         self._jobs[job_id] = channel
+        if request.priority <= NORMAL_PRIORITY:
+            self._adds_sent += 1
         self._commands.put(("add", job_id, request, channel))
         finished = False
         try:
@@ -236,6 +249,8 @@ class ThreadedEngineCore:
                     return
                 if op == "add":
                     assert request is not None and channel is not None
+                    if request.priority <= NORMAL_PRIORITY:
+                        self._adds_taken += 1
                     self._add(backend, active, job_id, request, channel)
                 elif op == "cancel" and job_id in active:
                     del active[job_id]

@@ -10,11 +10,11 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from realtime.config import input_limits
+from realtime.dialects.chat.request import parse_chat_request
 from realtime.dialects.chat.run import ChatRun
 from realtime.http.serving import begin, read_json_body, respond
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import RealtimeError
-from realtime.protocol.request import parse_chat_request
 
 
 async def chat_completions(request: Request) -> Response:

@@ -11,9 +11,9 @@ from starlette.responses import Response
 
 from realtime.config import input_limits
 from realtime.dialects.chat.build import completion_generation
+from realtime.dialects.chat.completions import parse_completion_request
 from realtime.http.serving import begin, read_json_body, respond
 from realtime.pipeline.completions import CompletionPipeline
-from realtime.protocol.completions import parse_completion_request
 from realtime.protocol.errors import RealtimeError
 
 

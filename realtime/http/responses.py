@@ -6,7 +6,7 @@
     DELETE /v1/responses/{id}                  forget it
     POST   /v1/responses/{id}/cancel           400: only background responses cancel
 
-The logic is `realtime.responses` (shared with the socket dialect); this module
+The logic is `realtime.dialects.responses` (one run, shared with WebSocket mode); this module
 adds HTTP: the body, query parameters, the caller's key (whose fingerprint owns
 what it stores), and the SSE framing of the Responses events: each event is
 `event: <type>` + `data: <json>`, and the stream ends after the terminal event,
@@ -17,7 +17,6 @@ HTTP is kept nowhere: nobody could ever ask for it again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, get_args
 
 import orjson
@@ -26,11 +25,11 @@ from starlette.responses import Response
 
 from realtime.asgi.auth import bearer_token
 from realtime.asgi.responses import ORJSONResponse
+from realtime.dialects.responses.request import Includable
+from realtime.dialects.responses.service import MAX_LIST_LIMIT, PreparedResponse, ResponsesService
 from realtime.http.serving import begin, read_json_body, respond
 from realtime.http.sse import SseFraming
 from realtime.protocol.errors import InvalidRequestError, RealtimeError, UnknownFieldError
-from realtime.responses.request import Includable
-from realtime.responses.service import MAX_LIST_LIMIT, PreparedResponse, ResponsesService
 
 _INCLUDABLE = frozenset(get_args(Includable))
 
@@ -73,15 +72,15 @@ async def create_response(request: Request) -> Response:
     except ClientDisconnect:  # gone during the body upload; answered by `openai_errors`
         outcome.finish("cancelled", cause="disconnect")
         raise
-    outcome.usage, outcome.response_id = prepared.chat.usage, prepared.id
+    outcome.usage, outcome.response_id = prepared.usage, prepared.id
     # The time to first token is measured on the chat chunks under the events.
-    on_chunk: Callable[[dict[str, Any]], None] = outcome.timer.chunk
+    on_step = outcome.timer.step
     return await respond(
         request,
         outcome,
         streaming,
-        stream=lambda: service.events(prepared, on_chunk=on_chunk),
-        complete=lambda: service.complete(prepared, on_chunk=on_chunk),
+        stream=lambda: service.events(prepared, on_step=on_step),
+        complete=lambda: service.complete(prepared, on_step=on_step),
         framing=_framing(prepared),
     )
 

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from realtime.protocol.response import ModelCard
+from realtime.dialects.chat.response import ModelCard
 
 
 class ServedModel(ModelCard):

@@ -173,7 +173,8 @@ class RequestTimer:
     `chunk` runs once per streamed chunk on the event loop, so it is kept lean: the
     content test reads the common case (a chat delta with content) first, and the
     inter-token gap goes straight into the histogram child's cells (the same update
-    as `FastHistogramChild.observe`, without the call).
+    as `FastHistogramChild.observe`, without the call). `step` does the same for a
+    typed pipeline event, where a socket's dialect renders the chunks itself.
     """
 
     __slots__ = ("_bounds", "_first_bound", "_itl", "_last", "_ttft", "first_token_at", "started")
@@ -219,6 +220,27 @@ class RequestTimer:
         # Bucket first, then the sum in the last cell (the order fast_metrics relies on).
         # The first bucket (<= 1 ms) is tested before the bisect: it is where the gaps
         # go when tokens stream fastest, which is when this line runs most often.
+        if gap <= self._first_bound:
+            cells[0] += 1
+        else:
+            cells[bisect_left(self._bounds, gap)] += 1
+        cells[-1] += gap
+
+    def step(self, step: Any) -> None:
+        """A pipeline event (`realtime.pipeline.events`): a `Step` with visible text or
+        any parsed output (what its chunks would carry) is a token; a `Finish` is not.
+        The socket's per-token path: the same update as `chunk`, inline too."""
+        if not (getattr(step, "text", None) or getattr(step, "events", None)):
+            return
+        now = perf_counter()
+        last = self._last
+        self._last = now
+        if last is None:
+            self.first_token_at = now
+            self._ttft.observe(now - self.started)
+            return
+        gap = now - last
+        cells = self._itl
         if gap <= self._first_bound:
             cells[0] += 1
         else:

@@ -42,6 +42,7 @@ from realtime.chat.tools.registry import resolve_tool_parser
 from realtime.constrain import ConstraintLimits
 from realtime.engine.base import Engine, EngineRequest, SessionAwareEngine
 from realtime.model.generation import FinishReason
+from realtime.observability.vllm_metrics import VllmMetrics
 from realtime.pipeline.budget import OutputAsk, PromptOverflow, TokenBudget
 from realtime.pipeline.constraints import ConstraintPlan, Constraints, response_format_of
 from realtime.pipeline.engine_errors import failed_generation
@@ -97,6 +98,7 @@ class ChatPipeline:
         max_speculative: int = 8,
         max_tokens_cap: int | None = None,
         constraint_limits: ConstraintLimits | None = None,
+        meter: VllmMetrics | None = None,
     ):
         """`tool_parser`/`reasoning_parser`: a parser name, "auto" (chosen from the
         chat template when it clearly matches a family) or "none". Unknown names
@@ -109,8 +111,12 @@ class ChatPipeline:
         shared with the text-completion pipeline built on this one.
 
         `constraint_limits`: what a client may ask the grammar engine to compile
-        (`--max-schema-bytes`, `--max-schema-depth`, `--grammar-cache-size`)."""
+        (`--max-schema-bytes`, `--max-schema-depth`, `--grammar-cache-size`).
+
+        `meter`: records every engine request for vLLM's metrics, shared with
+        `CompletionPipeline`."""
         self.engine = engine
+        self.meter = meter
         self.speculative = SpeculativePrefill(
             engine, timeout=speculative_timeout, max_pending=max_speculative
         )
@@ -285,6 +291,7 @@ class ChatPipeline:
             stops,
             skip_special_tokens=skip_special,
             paths=request.paths,
+            meter=self.meter,
         )
         try:
             async with aclosing(steps):

@@ -158,6 +158,7 @@ class CompletionPipeline:
                 stops,
                 skip_special_tokens=request.skip_special_tokens is not False,
                 paths=request.paths,
+                meter=self.chat.meter,
             )
             async with aclosing(steps):
                 async for step in steps:

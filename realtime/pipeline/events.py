@@ -47,6 +47,15 @@ class Usage:
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    def as_dict(self) -> dict[str, Any]:
+        """In the chat API's spelling, which the access log and the metrics read."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class Finish:

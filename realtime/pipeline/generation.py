@@ -20,6 +20,7 @@ from realtime.engine.base import Engine, EngineRequest
 from realtime.engine.errors import GenerationError, RequestPart
 from realtime.model.generation import FinishReason, TokenLogprob
 from realtime.model.tokenizer import Tokenizer
+from realtime.observability.vllm_metrics import VllmMetrics
 from realtime.pipeline.engine_errors import client_error
 from realtime.protocol.errors import EngineError
 from realtime.protocol.generation_request import CHAT_PATHS, FieldPaths
@@ -48,19 +49,27 @@ async def text_steps(
     *,
     skip_special_tokens: bool = True,
     paths: FieldPaths = CHAT_PATHS,
+    meter: VllmMetrics | None = None,
 ) -> AsyncGenerator[TextStep, None]:
     """Steps until (and including) the one with a finish reason.
 
     Raises a RealtimeError for what the engine raised (naming the client's fields,
     `paths`), and EngineError when the engine's stream ends without finishing.
+    `meter` records the request for vLLM's metrics (observability/vllm_metrics.py).
     """
     decoder = tokenizer.decode_stream(skip_special_tokens=skip_special_tokens)
     min_tokens = request.stop.min_tokens
     generated = 0
+    record = None
+    if meter is not None:
+        record = meter.start(len(request.prompt_token_ids), request.stop.max_tokens)
     try:
         async with aclosing(engine.generate(request)) as outputs:
             async for out in outputs:
-                generated += len(out.token_ids)
+                count = len(out.token_ids)
+                generated += count
+                if record is not None:
+                    record.output(count, out.cached_tokens)
                 shown = out.token_ids[:-1] if out.stopped_on_token else out.token_ids
                 text = ""
                 for token_id in shown:
@@ -80,6 +89,9 @@ async def text_steps(
                     if stops.matched is not None:
                         finish = FinishReason.STOP
                     emit += stops.flush()
+                if finish is not None and record is not None:
+                    # Before the yield: the consumer may stop iterating there.
+                    record.finish(finish.value, generated)
                 yield TextStep(
                     out.token_ids,
                     emit,
@@ -93,4 +105,7 @@ async def text_steps(
                     return  # leaving the block closes the engine's iterator
     except GenerationError as exc:
         raise client_error(exc, paths) from exc
+    finally:
+        if record is not None:
+            record.close()
     raise EngineError("the engine stream ended without a finish reason")

@@ -31,7 +31,7 @@ class Send:
 
 @dataclass(frozen=True, slots=True)
 class StartRequest:
-    """Run the request: prepare it, stream its output through `render_chunk`, then
+    """Run the request's job: prepare it, render its output (`render_output`), then
     report completed, failed or cancelled."""
 
     request: RequestRecord

@@ -25,19 +25,24 @@ class Submit:
     `request_id`: the client's id (a duplicate of one in flight is refused), or None
     for a server-chosen one (`req_1`, `req_2`, ...). `lane`: requests in one lane run
     one at a time, in arrival order; None runs concurrently with everything.
-    `rejection`: the request failed validation; it is answered with this error in its
-    turn, never run. `context` is the dialect's own per-request state, kept on the
-    record (`RequestRecord.context`) for its render methods.
+    `request` is what the dialect parsed: when the request starts, the dialect makes
+    its job from it (`Dialect.job`). `rejection`: the request failed validation; it is
+    answered with this error in its turn, never run. `context` is the dialect's own
+    per-request state, kept on the record (`RequestRecord.context`) for its render
+    methods.
     """
 
     request_id: str | None
     request: Any
     rejection: RealtimeError | None = None
     lane: str | None = None
-    #: Characters of the frame it came in: large requests are prepared off the event loop.
+    #: Characters of the frame it came in (its job prepares a large one off the event loop).
     size: int = 0
     context: Any = None
     label: str = "request"
+    #: The id the client is shown for the answer when the dialect knows it at once
+    #: (`resp_...`); None: its job's (`Job.answer_id`). The `request.end` log line's `id`.
+    response_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

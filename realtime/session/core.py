@@ -279,6 +279,7 @@ class SessionCore:
             command.size,
             received_at,
             command.context,
+            command.response_id,
         )
         self.records[request_id] = record
         self._transition(record, RequestEvent.ACCEPT)

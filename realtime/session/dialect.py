@@ -3,22 +3,28 @@
 The core knows requests, lanes, slots and endings; a dialect knows frames. It
 parses each client frame into one command (`realtime.session.commands`) and
 renders what the core decides as frames, in its own event shapes. Everything a
-dialect returns is data: it never sends, awaits or closes anything itself.
+dialect returns is data: it never sends, awaits or closes anything itself. The
+work of a request is the dialect's too: when the core starts one, the glue asks
+for its job (`job`, `realtime.session.job`) and renders what the job yields with
+`render_output`.
 
 A dialect object serves one socket (the endpoint makes one per connection), so it
 may keep per-socket state (the chat dialect keeps its `session.setup` defaults);
 per-request state goes in `RequestRecord.context`, set through `Submit.context`.
+What a dialect needs from the server (the pipeline, its limits) its factory was
+given when the app was built: this module knows no pipeline, store or config.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from realtime.protocol.errors import RealtimeError
 from realtime.protocol.input_limits import InputLimits
 from realtime.session.commands import Command, Frame
+from realtime.session.job import Job
 from realtime.session.record import RequestRecord
 
 DoneStatus = Literal["completed", "cancelled"]
@@ -39,8 +45,6 @@ class DialectContext:
     limits: InputLimits
     #: Report a broken state table of the dialect's own (counted and logged as a bug).
     on_violation: ViolationHook
-    #: The server's `ServerConfig` (typed loosely: this layer sits below the config).
-    config: Any = None
 
 
 class SessionView(Protocol):
@@ -61,7 +65,7 @@ class SessionView(Protocol):
 
 
 class Dialect(Protocol):
-    """The methods the core and the glue call; see `chat_frames.ChatFrameDialect`."""
+    """The methods the core and the glue call; see `realtime.dialects.chat.dialect`."""
 
     def opened(self) -> Sequence[Frame]:
         """Frames sent as soon as the socket is open, before anything is read."""
@@ -76,23 +80,28 @@ class Dialect(Protocol):
         ...
 
     def render_started(self, request: RequestRecord) -> Sequence[Frame]:
-        """Frames sent when the request starts running (before any output)."""
+        """Frames sent when the request starts running (before its job is prepared)."""
         ...
 
-    def render_chunk(self, request: RequestRecord, chunk: dict[str, Any]) -> Sequence[Frame]:
-        """One streamed chat chunk of the request (the per-token path: keep it lean).
-        The chunk is the request's own; it may be changed and sent as is."""
+    def job(self, request: RequestRecord) -> Job:
+        """The work of a request the core started (`request.request` is what `parse`
+        submitted); the glue runs it and keeps it on `request.job`."""
         ...
 
-    def render_completion(
-        self, request: RequestRecord, completion: dict[str, Any]
-    ) -> Sequence[Frame]:
-        """The whole answer of a request that asked not to stream."""
+    def render_output(self, request: RequestRecord, item: Any) -> Sequence[Frame]:
+        """One item of the job's output (the per-token path: keep it lean). The item is
+        the request's own; it may be changed and sent as is."""
+        ...
+
+    def fold(self, held: Frame, frame: Frame) -> bool:
+        """Fold `frame` into `held`, the same request's last output frame still waiting
+        for a slow reader (in place), when the client cannot tell the difference (two
+        text deltas of one item); True if folded, False (nothing changed) otherwise."""
         ...
 
     def render_done(self, request: RequestRecord, status: DoneStatus) -> Sequence[Frame]:
         """The request's terminal frames when it completed or was cancelled.
-        `request.prepared` is the pipeline's `PreparedChat` (None if it never ran)."""
+        `request.job` is its job (None if it never ran)."""
         ...
 
     def render_error(
@@ -117,3 +126,15 @@ class Dialect(Protocol):
 
 #: Makes one socket's dialect; the endpoint picks one per handshake.
 DialectFactory = Callable[[DialectContext], Dialect]
+
+
+@dataclass(frozen=True, slots=True)
+class DialectChoice:
+    """A handshake's dialect, and the subprotocol to accept it with (None: none)."""
+
+    dialect: DialectFactory
+    subprotocol: str | None = None
+
+
+#: Reads a handshake's ASGI scope; returns a choice if the handshake asks for its dialect.
+DialectSelector = Callable[[MutableMapping[str, Any]], "DialectChoice | None"]

@@ -14,7 +14,7 @@ class RequestRecord:
     id: str
     #: Requests of one lane run one at a time, in order; None: no lane.
     lane: str | None
-    #: What the pipeline runs (a `ChatCompletionRequest`); None when `rejection` is set.
+    #: What the dialect parsed (its job is made from it); None when `rejection` is set.
     request: Any
     #: Failed validation: answered with this error in its turn, never run.
     rejection: RealtimeError | None
@@ -23,6 +23,8 @@ class RequestRecord:
     received_at: float
     #: The dialect's own per-request state (`Submit.context`).
     context: Any = None
+    #: `Submit.response_id`: the answer's id as the client sees it, when not the chat id.
+    response_id: str | None = None
     #: Its `RequestState` (the `REQUEST` table), driven by the core alone.
     state: str = RequestState.NEW.value
     #: Has a concurrency slot (dispatched).
@@ -34,8 +36,9 @@ class RequestRecord:
     #: Its terminal frames were decided (they may still be on their way to the outbox).
     answered: bool = False
     # --- kept by the glue while the request runs (the core never reads them) ---
-    #: The pipeline's prepared request (`PreparedChat`): the dialect renders ids and usage.
-    prepared: Any = None
+    #: Its `Job` (`Dialect.job`; None until it runs): the dialect that made it reads its
+    #: own kind back (its run, ids, usage), hence not typed here.
+    job: Any = None
     #: Its `RequestTimer` while it streams.
     timer: Any = None
     #: The task took its first step (a cancel before that only flags it).

@@ -117,6 +117,9 @@ class EngineConformance:
     def test_errors(self) -> None:
         self._run("errors")
 
+    def test_snapshot(self) -> None:
+        self._run("snapshot")
+
     def _run(self, name: str, *, started: bool = True) -> None:
         asyncio.run(self._checked(CHECKS[name], name, started=started))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import itertools
 import math
 import unittest
@@ -29,6 +30,7 @@ from realtime.engine.base import (
     StopConditions,
 )
 from realtime.engine.errors import EngineRequestError, GenerationError
+from realtime.engine.snapshot import EngineSnapshot, ReportsSnapshot
 from realtime.model.generation import FinishReason, TokenLogprob
 from realtime.model.info import ModelInfo
 
@@ -523,6 +525,69 @@ async def check_errors(subject: Subject, engine: Engine) -> None:
     )
 
 
+#: How long the snapshot check waits for a snapshot to show what happened: a proxy may
+#: answer with the state its engine last reported, a step or two old.
+SNAPSHOT_SETTLE_SECONDS = 10.0
+
+
+async def _snapshot_until(
+    engine: ReportsSnapshot, holds: Callable[[EngineSnapshot], bool], what: str
+) -> EngineSnapshot:
+    deadline = asyncio.get_running_loop().time() + SNAPSHOT_SETTLE_SECONDS
+    while True:
+        snapshot = _snapshot(engine)
+        if holds(snapshot):
+            return snapshot
+        if asyncio.get_running_loop().time() > deadline:
+            raise fail(f"snapshot(): {what}; after {SNAPSHOT_SETTLE_SECONDS} s it says {snapshot}")
+        await asyncio.sleep(0.01)
+
+
+def _snapshot(engine: ReportsSnapshot) -> EngineSnapshot:
+    try:
+        snapshot = engine.snapshot()
+    except Exception as exc:
+        raise fail(f"snapshot() raised {one_line(exc)}; it must always answer") from exc
+    if inspect.isawaitable(snapshot):
+        raise fail("snapshot() returned an awaitable: it must answer at once, on the event loop")
+    if not isinstance(snapshot, EngineSnapshot):
+        raise fail(f"snapshot() returned {type(snapshot).__name__}, not an EngineSnapshot")
+    kv = snapshot.kv_cache
+    if kv is not None and not (kv.block_size > 0 and 0 <= kv.used_blocks <= kv.total_blocks):
+        raise fail(f"snapshot(): a KV cache of {kv} is not one (0 <= used <= total blocks)")
+    return snapshot
+
+
+async def check_snapshot(subject: Subject, engine: Engine) -> None:
+    """An engine that reports its state (`snapshot()`) counts a request while it runs,
+    counts it no more once it is closed, and never counts a counter backwards."""
+    if not isinstance(engine, ReportsSnapshot):
+        return  # optional: the server then counts the requests it streams
+    idle = _snapshot(engine)
+    if idle.running or idle.waiting:
+        raise fail(f"snapshot() of an engine with no request counts {idle}")
+    stream = _stream(engine, make_request(subject, engine, max_tokens=subject.cancel_tokens))
+    try:
+        await anext(stream)
+        busy = await _snapshot_until(
+            engine,
+            lambda s: s.running + s.waiting >= 1,
+            "a request streaming (one output read, the rest not) is neither running nor waiting",
+        )
+    finally:
+        await stream.aclose()
+    await drive(engine, make_request(subject, engine, max_tokens=2))
+    after = await _snapshot_until(
+        engine,
+        lambda s: s.running == 0 and s.waiting == 0,
+        "every request has ended (one closed, one finished), yet some still count",
+    )
+    for name in ("prefix_cache_queries", "prefix_cache_hits", "preemptions"):
+        earlier, later = getattr(busy, name), getattr(after, name)
+        if later < getattr(idle, name) or later < earlier:
+            raise fail(f"snapshot(): {name} went down ({earlier} to {later}); it only counts up")
+
+
 #: Every check, by the name its test carries.
 CHECKS: dict[str, Check] = {
     "lifecycle": check_lifecycle,
@@ -535,4 +600,5 @@ CHECKS: dict[str, Check] = {
     "cancel_by_close": check_cancel_by_close,
     "cancel_by_task": check_cancel_by_task,
     "errors": check_errors,
+    "snapshot": check_snapshot,
 }

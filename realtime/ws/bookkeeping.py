@@ -85,8 +85,8 @@ def record_ended(metrics: Metrics, conn_id: str, ended: RequestEnded) -> None:
     """A request got its answer: the request metrics and the `request.end` log line."""
     request, status, error = ended.request, ended.status, ended.error
     metrics.requests.labels(TRANSPORT, status).inc()
-    prepared = request.prepared
-    usage = prepared.delta.usage() if prepared is not None else None
+    job = request.job
+    usage = job.usage() if job is not None else None
     metrics.usage(TRANSPORT, usage)
     if status == "cancelled":
         metrics.cancellations.labels(TRANSPORT, ended.cause or "server_close").inc()
@@ -99,7 +99,7 @@ def record_ended(metrics: Metrics, conn_id: str, ended: RequestEnded) -> None:
         transport=TRANSPORT,
         conn_id=conn_id,
         request_id=request.id,
-        id=prepared.delta.id if prepared is not None else None,
+        id=request.response_id or (job.answer_id if job is not None else None),
         status=status,
         cause=ended.cause if status == "cancelled" else None,
         error_code=error.code if error is not None else None,

@@ -5,54 +5,29 @@ Here the connection limit is enforced, still before the upgrade (HTTP 503 with
 `Retry-After`), and the socket's dialect is picked from the handshake: each
 route is `session_endpoint(selector, ...)`, and the first selector that claims
 the handshake (by its subprotocol, a query parameter...) names the dialect and the
-subprotocol to accept. /v1/realtime speaks chat frames and selects the `realtime`
-subprotocol when the client offered it (browsers sending their key as
-`realtime-key.<key>` must offer it: the key itself is never echoed).
+subprotocol to accept. The selectors are the dialects' (`realtime.dialects`),
+registered with their routes in `realtime.app.SOCKET_PROTOCOLS`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from starlette.websockets import WebSocket
 
 from realtime.asgi.access import deny_websocket
-from realtime.asgi.auth import SUBPROTOCOL
 from realtime.observability.logs import event
 from realtime.observability.metrics import Metrics, close_code_label
 from realtime.protocol.close_codes import CloseCode, truncate_reason
 from realtime.protocol.errors import InvalidRequestError, TooManyConnectionsError
 from realtime.protocol.states import SOCKET, SocketEvent, SocketState
-from realtime.session.chat_frames import ChatFrameDialect
-from realtime.session.dialect import DialectFactory
+from realtime.session.dialect import DialectChoice, DialectSelector
 from realtime.ws.hub import SessionHub
 from realtime.ws.session import RealtimeSession
 
 log = logging.getLogger("realtime.ws")
-
-
-@dataclass(frozen=True, slots=True)
-class DialectChoice:
-    """A handshake's dialect, and the subprotocol to accept it with (None: none)."""
-
-    dialect: DialectFactory
-    subprotocol: str | None = None
-
-
-#: Reads a handshake's ASGI scope; returns a choice if the handshake asks for its dialect.
-DialectSelector = Callable[[MutableMapping[str, Any]], "DialectChoice | None"]
-
-
-def chat_frames(scope: MutableMapping[str, Any]) -> DialectChoice:
-    """Chat frames, the default of /v1/realtime: claims every handshake."""
-    offered = scope.get("subprotocols") or ()
-    return DialectChoice(
-        ChatFrameDialect.from_context, SUBPROTOCOL if SUBPROTOCOL in offered else None
-    )
 
 
 def session_endpoint(*selectors: DialectSelector) -> Callable[[WebSocket], Awaitable[None]]:

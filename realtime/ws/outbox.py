@@ -10,9 +10,10 @@ order, while a send is under way (another request's frame is being written) and
 while the socket is backed up (`writable()` is false: the server's write buffer
 is above its high-water mark because the client reads slower than frames are
 made). Then the request task keeps producing instead of waiting inside a send,
-and a text chunk folds into the previous held chunk of its request
-(`realtime.chat.coalesce`): a reader that falls behind gets fewer, larger frames
-with the same text.
+and a text delta folds into the previous held frame of its request, by the
+dialect's rule (`Dialect.fold`: chat chunks by `realtime.chat.coalesce`, the
+Responses and Realtime text deltas by theirs): a reader that falls behind gets
+fewer, larger frames with the same text.
 
 Backpressure: `put` waits while the backlog holds `capacity` chunks - a folded
 chunk still counts as one, so folding never lets more text pile up than
@@ -36,8 +37,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-
-from realtime.chat.coalesce import fold_chunk
 
 log = logging.getLogger("realtime.ws")
 
@@ -64,10 +63,13 @@ class Outbox:
         on_sent: Callable[[Kind], None],
         on_gone: Callable[[], None],
         clock: Callable[[], float],
+        fold: Callable[[dict[str, Any], dict[str, Any]], bool],
         writable: Callable[[], bool] | None = None,
     ):
-        """`writable`: whether the socket takes a frame now without waiting (None: the
-        server does not say, and frames are held only while another send is under way)."""
+        """`fold`: the dialect's rule for folding a request's output frame into its last
+        held one (`Dialect.fold`); `writable`: whether the socket takes a frame now
+        without waiting (None: the server does not say, and frames are held only while
+        another send is under way)."""
         #: An ASGI-style send (starlette's `WebSocket.send`): one layer less than `send_text`.
         self._send = send
         self.capacity = capacity
@@ -75,6 +77,7 @@ class Outbox:
         self._on_gone = on_gone
         self._clock = clock
         self._writable = writable
+        self._fold_into = fold
         self._backlog: deque[_Held] = deque()
         #: The last held chunk per request: where that request's next chunk may fold.
         self._last_chunk: dict[str, _Held] = {}
@@ -175,7 +178,7 @@ class Outbox:
         if kind != "chunk" or request_id is None:
             return False
         last = self._last_chunk.get(request_id)
-        if last is None or not fold_chunk(last.frame, frame):
+        if last is None or not self._fold_into(last.frame, frame):
             return False
         last.units += 1
         self._units += 1

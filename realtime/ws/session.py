@@ -1,15 +1,16 @@
 """One socket, one session: the asyncio glue around the session core.
 
     socket --reader--> dialect.parse --> SessionCore --actions--> this glue
-    request tasks: pipeline chunks --> dialect.render_chunk --> outbox --> socket
+    request tasks: dialect.job --> prepare, output --> dialect.render_output --> outbox
     watchdog: the core's timer (idle timeout, maximum duration, slow consumer)
 
 Every decision - accepting, refusing, ordering, starting, cancelling, the
 terminal frames, how the socket ends - is the core's (`realtime.session.core`);
-every frame's shape is the dialect's (`realtime.session.chat_frames` for chat
-frames). This module owns what the core cannot: the socket, the outbox
-(`realtime.ws.outbox`), the reader, the request tasks and the watchdog, and does
-what the core's actions say.
+every frame's shape and every request's work is the dialect's (its package under
+`realtime.dialects`; the work is a job, `realtime.session.job`). This module owns
+what the core cannot: the socket, the outbox (`realtime.ws.outbox`), the reader,
+the request tasks and the watchdog, and does what the core's actions say. It has
+no dialect of its own and knows no pipeline.
 
 Backpressure, never growth: when the core's request queue and read-ahead are
 full the reader stops reading (uvicorn then stops reading the TCP socket); when
@@ -21,8 +22,8 @@ has waited `slow_consumer_seconds` for it.
 Session identity: each socket gets a server-made, unguessable `session_id` that
 every request passes to the pipeline (the engine's cache hint and isolation key).
 Once the socket's request tasks have ended, however the socket ended,
-`pipeline.end_session` tells the engine, which cancels the session's pending
-warm-up and releases its cache protection.
+`end_session` tells the engine, which cancels the session's pending warm-up and
+releases its cache protection.
 """
 
 from __future__ import annotations
@@ -33,17 +34,13 @@ import logging
 import time
 from collections.abc import Coroutine
 from contextlib import aclosing
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.websockets import WebSocket
 
 from realtime.config import ServerConfig, input_limits
-from realtime.dialects.chat.build import chat_generation
-from realtime.dialects.chat.run import ChatRun
 from realtime.observability.fast_metrics import FastCounterChild
 from realtime.observability.metrics import Metrics, RequestTimer
-from realtime.pipeline import ChatPipeline
-from realtime.pipeline.offload import prepare_chat
 from realtime.protocol.errors import (
     InternalError,
     RealtimeError,
@@ -60,7 +57,6 @@ from realtime.session.actions import (
     StartRequest,
     StopReading,
 )
-from realtime.session.chat_frames import ChatFrameDialect
 from realtime.session.core import SessionCore
 from realtime.session.dialect import Dialect, DialectContext, DialectFactory
 from realtime.session.record import RequestRecord
@@ -80,21 +76,34 @@ from realtime.ws.transport import WRITABLE_EXTENSION
 log = logging.getLogger("realtime.ws")
 
 
+class ServedModel(Protocol):
+    """What a session needs of what serves it (the chat pipeline is one)."""
+
+    @property
+    def model_name(self) -> str:
+        """The served model's name (each dialect checks the model a client names)."""
+        ...
+
+    def end_session(self, session_id: str) -> None:
+        """The socket is gone: the engine may drop its warm-ups and cache protection."""
+        ...
+
+
 class RealtimeSession:
     def __init__(
         self,
         websocket: WebSocket,
-        pipeline: ChatPipeline,
+        served: ServedModel,
         config: ServerConfig,
         *,
+        dialect: DialectFactory,
         metrics: Metrics | None = None,
         conn_id: str = "",
-        dialect: DialectFactory = ChatFrameDialect.from_context,
     ):
         """`dialect` makes the socket's codec (`realtime.ws.endpoint` picks it at the
-        handshake); chat frames unless told otherwise."""
+        handshake from the route's selectors)."""
         self.ws = websocket
-        self.pipeline = pipeline
+        self.served = served
         self.config = config
         self.metrics = metrics if metrics is not None else Metrics()
         self.conn_id = conn_id
@@ -103,10 +112,9 @@ class RealtimeSession:
         self.dialect: Dialect = dialect(
             DialectContext(
                 session_id=self.session_id,
-                model_name=pipeline.model_name,
+                model_name=served.model_name,
                 limits=input_limits(config),
                 on_violation=violation,
-                config=config,
             )
         )
         loop = asyncio.get_running_loop()
@@ -125,6 +133,7 @@ class RealtimeSession:
             on_sent=self._count_sent,
             on_gone=self._peer_gone,
             clock=loop.time,
+            fold=self.dialect.fold,
             writable=writable.is_set if writable is not None else None,
         )
         #: The request tasks, by request id.
@@ -228,7 +237,7 @@ class RealtimeSession:
     def _end_session(self) -> None:
         self.dialect.ended()
         try:
-            self.pipeline.end_session(self.session_id)
+            self.served.end_session(self.session_id)
         except Exception:  # the socket is gone either way; never let this mask its end
             log.exception("end_session failed", extra={"conn_id": self.conn_id})
 
@@ -282,30 +291,17 @@ class RealtimeSession:
         try:
             if request.cancel_pending:
                 raise asyncio.CancelledError  # cancelled before its first step
-            payload, pipeline = request.request, self.pipeline
-            streaming = payload.stream is not False
-            prepared = await prepare_chat(
-                pipeline,
-                chat_generation(payload),
-                stream=streaming,
-                session_id=self.session_id,
-                size=request.size,
-            )
-            run = request.prepared = ChatRun(pipeline, payload, prepared, stream=streaming)
-            await run.constrain()  # before the first chunk: errors are 400s
-            if streaming:
-                timer = request.timer = RequestTimer(self.metrics, TRANSPORT, request.received_at)
-                put, render, frames = self._outbox.put, run.chunks.render, self.dialect.render_chunk
-                async with aclosing(pipeline.events(prepared)) as events:
-                    async for event in events:
-                        for chunk in render(event):
-                            timer.chunk(chunk)
-                            for frame in frames(request, chunk):
-                                await put(frame, "chunk", request_id)
-            else:
-                completion = await run.complete()
-                for frame in self.dialect.render_completion(request, completion):
-                    await self._outbox.put(frame, "completion")
+            job = request.job = self.dialect.job(request)
+            await job.prepare()  # store reads, the prompt: before any output
+            timer = request.timer = RequestTimer(self.metrics, TRANSPORT, request.received_at)
+            observe, kind = job.observer(timer), job.output_kind
+            put, render = self._outbox.put, self.dialect.render_output
+            # Closing the output (a cancel ends this loop) closes the engine's generator.
+            async with aclosing(job.output()) as outputs:
+                async for item in outputs:
+                    observe(item)
+                    for frame in render(request, item):
+                        await put(frame, kind, request_id)
             actions = core.request_completed(request_id)
         except asyncio.CancelledError:
             actions = core.request_cancelled(request_id)

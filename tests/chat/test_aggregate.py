@@ -9,8 +9,8 @@ import pytest
 
 from realtime.chat.aggregate import ChunkAggregator
 from realtime.chat.delta import DeltaGenerator
+from realtime.dialects.chat.response import ChatCompletion
 from realtime.model.generation import FinishReason
-from realtime.protocol.response import ChatCompletion
 
 USAGE_3 = {
     "prompt_tokens": 4,

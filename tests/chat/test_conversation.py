@@ -138,11 +138,6 @@ def test_tools_in_the_shape_every_template_reads() -> None:
         {"type": "function", "function": {"name": "f"}},
         {
             "type": "function",
-            "function": {
-                "name": "g",
-                "description": "does g",
-                "parameters": {"type": "object"},
-                "strict": True,
-            },
+            "function": {"name": "g", "description": "does g", "parameters": {"type": "object"}},
         },
     ]

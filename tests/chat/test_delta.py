@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from realtime.chat.delta import DeltaGenerator, finish_reason_name, new_completion_id
+from realtime.dialects.chat.response import ChatCompletionChunk
 from realtime.model.generation import FinishReason
-from realtime.protocol.response import ChatCompletionChunk
 
 
 def gen(**kwargs: Any) -> DeltaGenerator:

@@ -125,7 +125,8 @@ def test_save_and_load_a_conversation_as_json(server, spawn, tmp_path: Path):
     command(child, f"/load {tmp_path / 'missing.json'}", "cannot read")
     (tmp_path / "bad.json").write_text('{"messages": [{"role": "wizard"}]}')
     command(child, f"/load {tmp_path / 'bad.json'}", "is not a saved conversation: message 0")
-    command(child, f"/load {saved}", f"[loaded 4 messages from {saved}; model echo]")
+    # counted as /save counts them: the system prompt is one of the 5
+    command(child, f"/load {saved}", f"[loaded 5 messages from {saved}; model echo]")
     ask(child, "hello three")
     assert turns(requests[-1]) == [
         ("system", "Be brief."),

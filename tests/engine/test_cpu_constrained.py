@@ -196,11 +196,11 @@ async def test_a_constraint_for_another_vocabulary_is_refused(tiny_model_dir: Pa
             await generate(engine, constraint)
 
 
-async def test_a_slow_grammar_holds_only_its_own_sequence(
+async def test_a_slow_grammar_parks_only_its_own_sequence(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A grammar whose masks take long (a hostile schema, within its step budget) is
-    computed off the engine's thread: while its mask is not ready, its sequence is held
+    computed off the engine's thread: while its mask is not ready, its sequence is parked
     and the rest of the batch goes on. Here the mask is held up by a gate, so the test
     knows: a neighbour runs all its tokens while the constrained request has none."""
     from realtime.constrain.matcher import GrammarMatcher
@@ -224,7 +224,7 @@ async def test_a_slow_grammar_holds_only_its_own_sequence(
             assert len(neighbour) == 8 and outputs[-1].finish_reason is FinishReason.LENGTH
             assert not slow.done()
             assert engine.stats.request("slow").tokens_generated == 0
-            assert engine.stats.tokens_held >= 1  # its logits waited, not the batch
+            assert engine.stats.tokens_parked >= 1  # its logits waited, not the batch
         finally:
             gate.set()
         ids, outputs = await slow

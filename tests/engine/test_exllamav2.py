@@ -420,6 +420,41 @@ async def test_cached_tokens_are_reported_once_and_count_reused_pages(exl, model
     assert [(ident, tokens) for ident, _, tokens in exl.copies] == [(2, 87)]
 
 
+async def test_the_snapshot_reports_jobs_pages_and_prefix_hits(exl, model_dir):
+    exl.step_gate = threading.Semaphore(0)
+    prompt = [i % 600 for i in range(600)]  # two full 256-token pages and a partial one
+    async with running(ExLlamaV2Engine(model_dir, max_batch_size=1)) as engine:
+        empty = engine.snapshot()
+        assert (empty.running, empty.waiting, empty.prefix_cache_queries) == (0, 0, 0)
+        assert empty.kv_cache is not None
+        assert (empty.kv_cache.block_size, empty.kv_cache.total_blocks) == (256, 4096 // 256)
+        assert empty.kv_cache.used_blocks == 0 and empty.kv_cache.dtype == "fp16"
+        first = asyncio.create_task(outputs(engine, request(prompt, max_tokens=3)))
+        await until(lambda: engine.snapshot().running == 1)  # held at the end of a step
+        second = asyncio.create_task(outputs(engine, request([7, 8, 9], max_tokens=3)))
+        # Sent while the engine thread is in a step: it waits for the thread to take it...
+        await until(lambda: engine.snapshot().waiting == 1)
+        exl.step_gate.release()
+        # ...then in exllamav2's queue, as the batch (one job) is full.
+        await until(lambda: len(exl.generator.pending_jobs) == 1)
+        held = engine.snapshot()
+        assert (held.running, held.waiting) == (1, 1)
+        assert held.kv_cache is not None
+        # exllamav2 takes the pages for the prompt and max_new_tokens when a job starts.
+        assert held.kv_cache.used_blocks == 3 == len(exl.generator.referenced_pages)
+        exl.open_gate()
+        await first
+        await second
+        again = await outputs(engine, request(prompt, max_tokens=3))
+        after = engine.snapshot()
+    assert cached_of(again) == 599
+    assert (after.running, after.waiting) == (0, 0)
+    assert after.kv_cache is not None and after.kv_cache.used_blocks == 0  # pages kept, free
+    assert after.prefix_cache_queries == 600 + 3 + 600
+    assert after.prefix_cache_hits == 599
+    assert after.preemptions == 0
+
+
 class CannedGenerator:
     """Replays result dicts exllamav2 can send but the fake cannot make (no stop strings)."""
 
@@ -600,6 +635,7 @@ async def test_a_warm_up_yields_to_a_request_and_resumes_from_its_finished_pages
         warm = asyncio.create_task(outputs(engine, warmup(long_prompt)))
         # It prefills alone, a page per iterate(): let it finish two pages.
         await step_until(exl, lambda: exl.work_for(1) == 2)
+        assert engine.snapshot().running == 0  # a warm-up is not a client request
         real = asyncio.create_task(outputs(engine, request(PROMPT, max_tokens=5)))
         await asyncio.sleep(0)  # the task queues its request (nothing awaits before that)
         exl.open_gate()
@@ -619,6 +655,8 @@ async def test_a_warm_up_yields_to_a_request_and_resumes_from_its_finished_pages
     assert warm_outs[-1].finish_reason is FinishReason.LENGTH
     assert warm_outs[-1].cached_tokens == 512
     assert (engine.background.yields, engine.background.drops) == (1, 0)
+    # Taken out of the generator to start again later: vLLM's preemption.
+    assert engine.snapshot().preemptions == 1
 
 
 async def test_a_warm_up_ends_when_the_turn_it_warms_arrives_and_leaves_its_pages(exl, model_dir):

@@ -158,4 +158,4 @@ def test_the_example_passes_the_kit_in_its_own_suite(installed: Path) -> None:
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "10 passed" in result.stdout
+    assert "11 passed" in result.stdout

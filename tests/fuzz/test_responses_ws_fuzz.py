@@ -31,9 +31,9 @@ from websockets.sync.client import ClientConnection, connect
 
 from realtime.config import ServerConfig
 from tests.conftest import RunningServer, start_server
+from tests.dialects.responses.sdk_types import check_socket_event
 from tests.fuzz.hostile_json import hostile_responses_bodies, json_values
 from tests.fuzz.test_http_fuzz import ErrorLog
-from tests.responses.sdk_types import check_socket_event
 
 MAX_FRAME = 16 * 1024
 TRANSPORT_FAULT_CLOSES = {1007, 1009}

@@ -20,7 +20,7 @@ from realtime.config import ServerConfig
 from realtime.engine.echo import EchoTokenizer
 from realtime.engine.scripted import ScriptedEngine
 from tests.conftest import RunningServer, wait_until
-from tests.responses.sdk_types import check_event, check_item, check_response
+from tests.dialects.responses.sdk_types import check_event, check_item, check_response
 
 TOKENIZER = EchoTokenizer()
 ERROR_KEYS = {"message", "type", "param", "code"}

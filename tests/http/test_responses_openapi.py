@@ -1,6 +1,6 @@
 """docs/openapi.json describes the Responses routes as they answer: live answers validate
 against it, the request schema is ResponsesRequest's, and the models in
-`realtime.responses.schemas` accept what the server sends."""
+`realtime.dialects.responses.schemas` accept what the server sends."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 
 from realtime import docgen
 from realtime.config import ServerConfig
+from realtime.dialects.responses.request import ResponsesRequest
+from realtime.dialects.responses.schemas import InputItemList, Response, ResponseStreamEvent
 from realtime.engine.scripted import ScriptedEngine
-from realtime.responses.request import ResponsesRequest
-from realtime.responses.schemas import InputItemList, Response, ResponseStreamEvent
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 TOOL = {"type": "function", "name": "lookup", "parameters": {"type": "object"}, "strict": True}

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from realtime.dialects.responses.events import ResponseEvents
 from realtime.http.responses import encode_named_event
 from realtime.http.sse import EventStreamResponse, SseFraming
 from realtime.protocol.errors import RealtimeError
-from realtime.responses.events import ResponseEvents
 from tests.http.test_sse import Chunks, Client, serve
 
 pytestmark = pytest.mark.anyio

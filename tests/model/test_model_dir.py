@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
+from realtime.dialects.chat.request import parse_chat_request
 from realtime.dialects.chat.run import ChatRun
 from realtime.engine.base import EngineOutput, EngineRequest
 from realtime.model.generation import FinishReason
 from realtime.model.info import GenerationDefaults, ModelInfo
 from realtime.model.model_dir import ModelDirError, ModelFiles, load_model_dir
 from realtime.pipeline import ChatPipeline
-from realtime.protocol.request import parse_chat_request
 from realtime.testing.tiny_model import train_tokenizer
 
 pytest_plugins = ["tests.model_fixtures"]

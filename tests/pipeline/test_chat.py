@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from realtime.dialects.chat.request import parse_chat_request
+from realtime.dialects.chat.response import ChatCompletion, ChatCompletionChunk
 from realtime.dialects.chat.run import ChatRun
 from realtime.engine.echo import EchoEngine, EchoTokenizer
 from realtime.model.info import ModelInfo
@@ -24,8 +26,6 @@ from realtime.protocol.errors import (
     ToolChoiceNotSatisfiedError,
     UnsupportedFeatureError,
 )
-from realtime.protocol.request import parse_chat_request
-from realtime.protocol.response import ChatCompletion, ChatCompletionChunk
 
 TEXT = "Hello world, this is the echo model speaking"
 

@@ -16,6 +16,8 @@ import pytest
 from websockets.asyncio.client import connect
 
 from realtime.dialects.chat.build import completion_generation
+from realtime.dialects.chat.completions import parse_completion_request
+from realtime.dialects.chat.request import parse_chat_request
 from realtime.dialects.chat.run import ChatRun
 from realtime.engine.base import EngineOutput, EngineRequest
 from realtime.engine.echo import EchoEngine
@@ -29,14 +31,12 @@ from realtime.engine.errors import (
 from realtime.pipeline import ChatPipeline, CompletionPipeline
 from realtime.pipeline.engine_errors import client_error
 from realtime.protocol.close_codes import CloseCode
-from realtime.protocol.completions import parse_completion_request
 from realtime.protocol.errors import (
     EngineError,
     EngineUnavailableError,
     InvalidRequestError,
     RealtimeError,
 )
-from realtime.protocol.request import parse_chat_request
 from tests.ws.wsclient import chat, collect_until_terminal
 
 CASES: list[tuple[GenerationError, type[RealtimeError], int, str | None, str | None]] = [

@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 
 from realtime.dialects.chat.build import chat_generation, completion_generation
+from realtime.dialects.chat.completions import parse_completion_request
+from realtime.dialects.chat.request import parse_chat_request
 from realtime.engine.echo import EchoEngine
 from realtime.pipeline import ChatPipeline, CompletionPipeline
-from realtime.protocol.completions import parse_completion_request
 from realtime.protocol.errors import (
     EngineUnavailableError,
     InvalidRequestError,
     ModelNotFoundError,
     OutputLimitError,
 )
-from realtime.protocol.request import parse_chat_request
 
 TEN_WORDS = "one two three four five six seven eight nine ten"
 

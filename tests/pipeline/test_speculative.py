@@ -16,12 +16,12 @@ pytest_plugins = ["tests.model_fixtures"]
 
 torch = pytest.importorskip("torch")
 
+from realtime.dialects.chat.request import parse_chat_request  # noqa: E402
 from realtime.dialects.chat.run import ChatRun  # noqa: E402
 from realtime.engine.cpu.engine import CpuEngine  # noqa: E402
 from realtime.pipeline import ChatPipeline  # noqa: E402
 from realtime.pipeline.speculative import NextTurn  # noqa: E402
 from realtime.protocol.output import ParsedOutput  # noqa: E402
-from realtime.protocol.request import parse_chat_request  # noqa: E402
 from tests.conftest import wait_until  # noqa: E402
 from tests.engine.step_gate import step_gate  # noqa: E402
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from realtime.dialects.chat.request import parse_chat_request
 from realtime.dialects.chat.run import ChatRun
 from realtime.engine.base import BACKGROUND_PRIORITY, EngineOutput, EngineRequest
 from realtime.engine.echo import EchoEngine
@@ -17,7 +18,6 @@ from realtime.engine.errors import EngineUnavailable
 from realtime.model.info import ModelInfo
 from realtime.model.template import ChatTemplate
 from realtime.pipeline import ChatPipeline
-from realtime.protocol.request import parse_chat_request
 from realtime.testing.tiny_model import CHATML_TEMPLATE
 
 pytestmark = pytest.mark.anyio

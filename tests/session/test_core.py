@@ -12,6 +12,9 @@ from typing import Any
 
 import pytest
 
+from realtime.dialects.chat.dialect import ChatFrameDialect
+from realtime.engine.echo import EchoEngine
+from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import EngineUnavailableError, InvalidRequestError
 from realtime.session.actions import (
     Action,
@@ -25,10 +28,11 @@ from realtime.session.actions import (
     StartRequest,
     StopReading,
 )
-from realtime.session.chat_frames import ChatFrameDialect
 from realtime.session.core import CoreLimits, SessionCore
 
 VIOLATIONS: list[str] = []
+#: The chat dialect's requests would run on it (the core never runs one).
+PIPELINE = ChatPipeline(EchoEngine(), tool_parser="none", reasoning_parser="none")
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +46,9 @@ def make_core(**limits: Any) -> SessionCore:
     def violation(machine: str, exc: Exception) -> None:
         VIOLATIONS.append(f"{machine}: {exc}")
 
-    dialect = ChatFrameDialect(model_name="echo", session_id="sess_t", on_violation=violation)
+    dialect = ChatFrameDialect(
+        PIPELINE, model_name="echo", session_id="sess_t", on_violation=violation
+    )
     return SessionCore(dialect, CoreLimits(**limits), on_violation=violation)
 
 

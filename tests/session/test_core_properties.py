@@ -24,6 +24,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from realtime.dialects.chat.dialect import ChatFrameDialect
+from realtime.engine.echo import EchoEngine
+from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import EngineUnavailableError, InvalidRequestError
 from realtime.session.actions import (
     Action,
@@ -35,10 +38,11 @@ from realtime.session.actions import (
     Send,
     StartRequest,
 )
-from realtime.session.chat_frames import ChatFrameDialect
 from realtime.session.core import CoreLimits, SessionCore
 
 MAX_CONCURRENT = 2
+#: The chat dialect's requests would run on it (the simulated glue never runs one).
+PIPELINE = ChatPipeline(EchoEngine(), tool_parser="none", reasoning_parser="none")
 TERMINAL_TYPES = ("response.done", "error")
 
 
@@ -198,7 +202,7 @@ def test_every_request_gets_one_outcome_and_the_socket_ends_once(
         violations.append(f"{machine}: {exc}")
 
     core = SessionCore(
-        ChatFrameDialect(model_name="echo", session_id="s", on_violation=violation),
+        ChatFrameDialect(PIPELINE, model_name="echo", session_id="s", on_violation=violation),
         CoreLimits(
             max_concurrent=MAX_CONCURRENT,
             max_in_flight=max_in_flight,

@@ -1,4 +1,5 @@
-"""The session core is pure logic: no module of `realtime.session` imports an I/O library."""
+"""The session core and the dialects are pure logic: no module of `realtime.session` or
+`realtime.dialects` imports an I/O library (the glue, `realtime.ws`, does the I/O)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ IO_LIBRARIES = {"asyncio", "starlette", "websockets", "uvicorn", "uvloop", "anyi
 def session_modules() -> list[tuple[str, str]]:
     return [
         (module_name(path), path.read_text(encoding="utf-8"))
-        for path in sorted((PACKAGE / "session").rglob("*.py"))
+        for package in ("session", "dialects")
+        for path in sorted((PACKAGE / package).rglob("*.py"))
     ]
 
 
@@ -27,7 +29,7 @@ def test_no_session_module_imports_an_io_library() -> None:
 
 def test_the_check_reads_the_real_modules() -> None:
     modules = dict(session_modules())
-    assert {"realtime.session.core", "realtime.session.chat_frames"} <= set(modules)
+    assert {"realtime.session.core", "realtime.dialects.chat.dialect"} <= set(modules)
     targets = {target for target, _ in imports(modules["realtime.session.core"], "")}
     assert "realtime.protocol.states" in targets  # the imports are really read
     # and the check would catch an I/O import:

@@ -9,6 +9,7 @@ handshake by its subprotocol; without it the same route speaks chat frames.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -19,12 +20,15 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from realtime.config import ServerConfig
+from realtime.dialects.chat.job import ChatJob
+from realtime.dialects.chat.request import parse_chat_request
+from realtime.dialects.chat.selector import chat_frames
+from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import InvalidRequestError, RealtimeError
-from realtime.protocol.request import parse_chat_request
 from realtime.session.commands import Cancel, Command, Frame, Reply, Submit
-from realtime.session.dialect import DialectContext, DoneStatus, SessionView
+from realtime.session.dialect import DialectChoice, DialectContext, DoneStatus, SessionView
 from realtime.session.record import RequestRecord
-from realtime.ws.endpoint import DialectChoice, chat_frames, session_endpoint
+from realtime.ws.endpoint import session_endpoint
 from tests.conftest import async_wait_until
 from tests.ws.wsclient import chat, collect_until_terminal, recv_frame, text_of
 
@@ -38,7 +42,8 @@ ONLY_EVENTS_PATH = "/v1/test-events-only"
 class EventsDialect:
     """`{"type": "ask", "text"}` -> `delta`... then `finished`; `ping` -> `pong`."""
 
-    def __init__(self, context: DialectContext):
+    def __init__(self, context: DialectContext, *, pipeline: ChatPipeline):
+        self.pipeline = pipeline
         self.session_id = context.session_id
         self.model = context.model_name
         self.asked = 0
@@ -73,18 +78,23 @@ class EventsDialect:
     def render_started(self, request: RequestRecord) -> Sequence[Frame]:
         return ({"type": "started", "id": request.id, "asked": request.context["asked"]},)
 
-    def render_chunk(self, request: RequestRecord, chunk: dict[str, Any]) -> Sequence[Frame]:
-        choices = chunk.get("choices") or ()
-        text = choices[0]["delta"].get("content") if choices else None
-        return ({"type": "delta", "id": request.id, "text": text},) if text else ()
+    def job(self, request: RequestRecord) -> ChatJob:
+        return ChatJob(self.pipeline, request.request, session_id=self.session_id, size=0)
 
-    def render_completion(
-        self, request: RequestRecord, completion: dict[str, Any]
-    ) -> Sequence[Frame]:
-        return ()
+    def render_output(self, request: RequestRecord, event: Any) -> Sequence[Frame]:
+        frames = []
+        for chunk in request.job.render(event):  # the chat chunks of a pipeline event
+            choices = chunk.get("choices") or ()
+            text = choices[0]["delta"].get("content") if choices else None
+            if text:
+                frames.append({"type": "delta", "id": request.id, "text": text})
+        return frames
+
+    def fold(self, held: Frame, frame: Frame) -> bool:
+        return False  # every event stands alone
 
     def render_done(self, request: RequestRecord, status: DoneStatus) -> Sequence[Frame]:
-        usage = request.prepared.delta.usage() if request.prepared is not None else None
+        usage = request.job.usage() if request.job is not None else None
         return (
             {"type": "output_done", "id": request.id},
             {"type": "finished", "id": request.id, "status": status, "usage": usage},
@@ -105,18 +115,23 @@ class EventsDialect:
         return None
 
 
-def events_by_subprotocol(scope: Any) -> DialectChoice | None:
-    if SUBPROTOCOL in (scope.get("subprotocols") or ()):
-        return DialectChoice(EventsDialect, SUBPROTOCOL)
-    return None
+def events_by_subprotocol(pipeline: ChatPipeline) -> Any:
+    def select(scope: Any) -> DialectChoice | None:
+        if SUBPROTOCOL in (scope.get("subprotocols") or ()):
+            return DialectChoice(functools.partial(EventsDialect, pipeline=pipeline), SUBPROTOCOL)
+        return None
+
+    return select
 
 
 @pytest.fixture
 def server(server_factory: Any) -> Any:
     running = server_factory(ServerConfig(echo_delay=0.005, log_level="warning"))
     routes = running.app.router.routes
-    routes.append(WebSocketRoute(PATH, session_endpoint(events_by_subprotocol, chat_frames)))
-    routes.append(WebSocketRoute(ONLY_EVENTS_PATH, session_endpoint(events_by_subprotocol)))
+    pipeline = running.app.state.pipeline
+    events = events_by_subprotocol(pipeline)
+    routes.append(WebSocketRoute(PATH, session_endpoint(events, chat_frames(pipeline))))
+    routes.append(WebSocketRoute(ONLY_EVENTS_PATH, session_endpoint(events)))
     return running
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
+from realtime.chat.coalesce import fold_chunk
 from realtime.chat.delta import DeltaGenerator
 from realtime.ws.outbox import Outbox
 
@@ -44,6 +45,7 @@ class FakeSocket:
             on_sent=self.kinds.append,
             on_gone=on_gone,
             clock=asyncio.get_running_loop().time,
+            fold=fold_chunk,
             writable=self.gate.is_set if knows_writable else None,
         )
 

@@ -16,7 +16,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from realtime.protocol.completions import CompletionRequest
+from realtime.dialects.chat.completions import CompletionRequest
+from realtime.dialects.chat.messages import Message as WireMessage
+from realtime.dialects.chat.request import (
+    ChatCompletionRequest,
+    ResponseFormat,
+    SharedRequestFields,
+    Tool,
+)
+from realtime.dialects.chat.request import ToolChoice as WireToolChoice
 from realtime.protocol.conversation import (
     FunctionCall,
     FunctionCallOutput,
@@ -36,14 +44,6 @@ from realtime.protocol.generation_request import (
     Sampling,
     Stopping,
 )
-from realtime.protocol.messages import Message as WireMessage
-from realtime.protocol.request import (
-    ChatCompletionRequest,
-    ResponseFormat,
-    SharedRequestFields,
-    Tool,
-)
-from realtime.protocol.request import ToolChoice as WireToolChoice
 
 #: Chat fields this server does not serve: refused by name, never ignored.
 _UNSUPPORTED = ("audio", "prediction", "web_search_options", "functions", "function_call")

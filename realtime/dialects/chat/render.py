@@ -15,9 +15,9 @@ from typing import Any
 
 from realtime.chat.aggregate import ChunkAggregator
 from realtime.chat.delta import DeltaGenerator
+from realtime.dialects.chat.request import ChatCompletionRequest
 from realtime.pipeline import ChatPipeline, PreparedChat
 from realtime.pipeline.events import Finish, Step
-from realtime.protocol.request import ChatCompletionRequest
 
 Chunk = dict[str, Any]
 

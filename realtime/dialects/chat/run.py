@@ -17,9 +17,9 @@ from typing import Any
 from realtime.chat.delta import DeltaGenerator
 from realtime.dialects.chat.build import chat_generation
 from realtime.dialects.chat.render import ChatChunks, Chunk
+from realtime.dialects.chat.request import ChatCompletionRequest
 from realtime.engine.base import EngineRequest
 from realtime.pipeline import ChatPipeline, PreparedChat
-from realtime.protocol.request import ChatCompletionRequest
 
 
 class ChatRun:

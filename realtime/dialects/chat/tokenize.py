@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from typing_extensions import Self
 
 from realtime.dialects.chat.build import conversation_items
+from realtime.dialects.chat.messages import Message
+from realtime.dialects.chat.request import Tool
 from realtime.pipeline import ChatPipeline
 from realtime.pipeline.sampling import check_token_ids
 from realtime.protocol.conversation import FunctionTool
@@ -29,8 +31,7 @@ from realtime.protocol.errors import (
     UnsupportedFeatureError,
 )
 from realtime.protocol.generation_request import GenerationRequest
-from realtime.protocol.messages import Message
-from realtime.protocol.request import Tool, validation_error_to_client
+from realtime.protocol.validation import validation_error_to_client
 
 
 class _Strict(BaseModel):

@@ -42,7 +42,7 @@ A grammar's work for one token (taking the sampled token, then the next mask) is
 bounded by its step budget, but that can be far longer than a forward pass, so it
 never runs on this thread: it goes to the mask workers (`constrain/next_mask.py`)
 as soon as the token is sampled, and runs while the next forward pass does. A
-sequence whose mask is not ready when its logits are is *held*: its logits row is
+sequence whose mask is not ready when its logits are is *parked*: its logits row is
 kept, it is left out of passes, and it samples as soon as its mask is ready (at the
 start of a later step). A costly grammar therefore delays only its own sequence.
 
@@ -101,7 +101,15 @@ from realtime.engine.errors import RequestPart
 from realtime.engine.prefix_cache import PrefixCache, common_prefix_length
 from realtime.model.generation import FinishReason
 
-__all__ = ["CACHE_SCOPES", "BackendOptions", "CpuBackend", "CpuStats", "KVState", "RequestStats"]
+__all__ = [
+    "CACHE_SCOPES",
+    "KV_BLOCK_TOKENS",
+    "BackendOptions",
+    "CpuBackend",
+    "CpuStats",
+    "KVState",
+    "RequestStats",
+]
 
 log = logging.getLogger("realtime.engine.cpu")
 
@@ -113,9 +121,13 @@ CACHE_SCOPES = ("session", "salt")
 _NOTHING: frozenset[int] = frozenset()
 #: Sequences decoded together by default.
 DEFAULT_MAX_BATCH_SIZE = 32
-#: The longest the engine thread waits for a held sequence's mask when nothing else
+#: The longest the engine thread waits for a parked sequence's mask when nothing else
 #: can run, before it looks at its commands again (a new request, a cancel).
-HOLD_POLL_SECONDS = 0.002
+PARKED_POLL_SECONDS = 0.002
+#: The unit the engine reports its KV cache in (`CpuEngine.snapshot`). It allocates per
+#: token; 16 tokens is vLLM's default block size, so tools that hash prompts in blocks of
+#: the reported size (the endpoint picker's prefix scorer) work on it as on vLLM.
+KV_BLOCK_TOKENS = 16
 
 
 @dataclass(frozen=True)
@@ -140,13 +152,13 @@ class _Job:
         "attached",
         "computed",
         "generated",
-        "held",
         "job_id",
         "key",
         "mask",
         "matcher",
         "max_tokens",
         "min_tokens",
+        "parked",
         "paused",
         "prompt_len",
         "request",
@@ -190,8 +202,8 @@ class _Job:
         self.matcher: SequenceConstraint | None = None
         #: its next mask, computed off this thread (see the module docs)
         self.mask: NextMask | None = None
-        #: the logits of a token that waits for its mask (the job is held meanwhile)
-        self.held: torch.Tensor | None = None
+        #: the logits of a token that waits for its mask (the job is parked meanwhile)
+        self.parked: torch.Tensor | None = None
         self.stats = RequestStats()
         #: `cached_tokens` for the first output; None once sent
         self.unsent_cached: int | None = 0
@@ -218,6 +230,9 @@ class CpuBackend:
         self.stats = stats
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self._jobs: dict[int, _Job] = {}
+        #: KV blocks (`KV_BLOCK_TOKENS`) held by the client jobs in the batch, counted
+        #: after every step and cancel; read from the event loop by `snapshot()`
+        self.held_blocks = 0
         #: client jobs waiting for a place in the batch, in arrival order
         self._waiting: deque[int] = deque()
         #: client jobs in the batch, in the order they joined
@@ -229,7 +244,7 @@ class CpuBackend:
         #: the last pass was a prefill (decode and prefill passes alternate)
         self._prefilled_last = False
         #: jobs holding logits until their mask is ready, and who computes masks
-        self._held: dict[int, _Job] = {}
+        self._parked: dict[int, _Job] = {}
         self._mask_workers = MaskWorkers(mask_threads(torch.get_num_threads()))
         #: which prefilling job goes first in the next prefill pass
         self._prefill_turn = 0
@@ -263,6 +278,35 @@ class CpuBackend:
                 "this model's cache is not plain attention; prefix reuse and batching are off"
             )
         return plain
+
+    # --- what the engine reports (read from the event loop: lengths, read whole) ---
+
+    @property
+    def running(self) -> int:
+        """Client jobs in the batch (paused ones included: they keep their place)."""
+        return len(self._batch)
+
+    @property
+    def waiting(self) -> int:
+        """Client jobs waiting for a place in the batch."""
+        return len(self._waiting)
+
+    @property
+    def batch_blocks(self) -> int | None:
+        """KV blocks the batch may hold: a row of the context's length for each place in
+        it; None when every sequence runs alone with a cache of its own (no bound)."""
+        if not self._runner.batched:
+            return None
+        row = -(-self.options.context_length // KV_BLOCK_TOKENS)
+        return self.options.max_batch_size * row
+
+    def _count_held(self) -> None:
+        jobs = self._jobs
+        self.held_blocks = sum(-(-jobs[j].computed // KV_BLOCK_TOKENS) for j in self._batch)
+
+    @property
+    def reuses_prefixes(self) -> bool:
+        return self.prefixes.max_tokens > 0
 
     # --- StepBackend ---
 
@@ -323,6 +367,7 @@ class CpuBackend:
         job.stats.cancelled = True
         self.stats.requests_cancelled += 1
         self._keep_prefix(job)
+        self._count_held()
 
     def pause(self, job_id: int) -> None:
         job = self._jobs.get(job_id)
@@ -341,19 +386,19 @@ class CpuBackend:
             return True
         if self._waiting and self._runner.has_room():
             return True
-        if any(not job.paused for job in self._held.values()):
+        if any(not job.paused for job in self._parked.values()):
             return True
         return any(not self._jobs[j].paused for j in self._batch)
 
     def step(self) -> list[tuple[int, EngineOutput]]:
         outputs, self._pending = self._pending, []
-        outputs += self._release_held()
+        outputs += self._sample_parked()
         self._admit()
         prefill = self._prefill_feeds()
         decode = [
             job
             for j in self._batch
-            if not (job := self._jobs[j]).prefilling and not job.paused and job.held is None
+            if not (job := self._jobs[j]).prefilling and not job.paused and job.parked is None
         ]
         if prefill and not (decode and self._prefilled_last):
             self._prefilled_last = True
@@ -364,14 +409,15 @@ class CpuBackend:
             outputs += self._run(self._runner, feeds)
         else:
             warm = self._next_background()
-            if warm is not None and warm.held is None:
+            if warm is not None and warm.parked is None:
                 chunk = self.options.background_chunk_tokens or self.options.prefill_chunk_tokens
                 end = min(len(warm.tokens), warm.computed + chunk)
                 feed = Feed(warm.job_id, warm.tokens[warm.computed : end], warm.computed)
                 outputs += self._run(self._solo, [(warm, feed)])
-            elif self._held:
+            elif self._parked:
                 # Only sequences waiting for their grammar: wait a little for one of them.
-                self._wait_held()
+                self._wait_parked()
+        self._count_held()
         return outputs
 
     def recover(self) -> None:
@@ -381,11 +427,12 @@ class CpuBackend:
         self._batch.clear()
         self._background.clear()
         self._pending.clear()
-        self._held.clear()
+        self._parked.clear()
         self._runner.clear()
         self._solo.clear()
         self.prefixes.clear()
         self._sync_cache_stats()
+        self.held_blocks = 0
 
     def close(self) -> None:
         self.recover()
@@ -434,7 +481,7 @@ class CpuBackend:
 
     def _dequeue(self, job: _Job) -> None:
         job_id = job.job_id
-        self._held.pop(job_id, None)
+        self._parked.pop(job_id, None)
         if job.background:
             turn = self._background.get(job.request.priority)
             if turn is not None:
@@ -526,9 +573,9 @@ class CpuBackend:
             kept = []
             for k, job in enumerate(ready):
                 if job.mask is not None and not job.mask.ready:
-                    job.held = row_logits[k].clone()
-                    self._held[job.job_id] = job
-                    stats.tokens_held += 1
+                    job.parked = row_logits[k].clone()
+                    self._parked[job.job_id] = job
+                    stats.tokens_parked += 1
                 else:
                     kept.append(k)
             if not kept:
@@ -558,34 +605,34 @@ class CpuBackend:
         self.stats.tokens_generated += len(ready)
         return outputs
 
-    def _release_held(self) -> list[tuple[int, EngineOutput]]:
-        """Sample the held jobs whose mask is now ready (and whose reader keeps up)."""
-        if not self._held:
+    def _sample_parked(self) -> list[tuple[int, EngineOutput]]:
+        """Sample the parked jobs whose mask is now ready (and whose reader keeps up)."""
+        if not self._parked:
             return []
         ready = [
             job
-            for job in self._held.values()
+            for job in self._parked.values()
             if not job.paused and job.mask is not None and job.mask.ready
         ]
         if not ready:
             return []
         logits = []
         for job in ready:
-            del self._held[job.job_id]
-            assert job.held is not None
-            logits.append(job.held)
-            job.held = None
+            del self._parked[job.job_id]
+            assert job.parked is not None
+            logits.append(job.parked)
+            job.parked = None
         return self._sample(ready, torch.stack(logits))
 
-    def _wait_held(self) -> None:
-        """Block for at most `HOLD_POLL_SECONDS` until a held job's mask is ready."""
+    def _wait_parked(self) -> None:
+        """Block for at most `PARKED_POLL_SECONDS` until a parked job's mask is ready."""
         futures = [
             future
-            for job in self._held.values()
+            for job in self._parked.values()
             if job.mask is not None and (future := job.mask.future) is not None
         ]
         if futures:
-            wait(futures, timeout=HOLD_POLL_SECONDS, return_when=FIRST_COMPLETED)
+            wait(futures, timeout=PARKED_POLL_SECONDS, return_when=FIRST_COMPLETED)
 
     def _next_token(
         self, job: _Job, token: int, logprob: Any, failure: str | None = None
@@ -656,6 +703,8 @@ class CpuBackend:
         job.attached = True
         job.stats.prefill_reused = job.computed
         self.stats.prefill_tokens_reused += job.computed
+        if self.prefixes.max_tokens > 0:
+            self.stats.prefix_cache_queries += job.prompt_len
 
     def _keep_prefix(self, job: _Job) -> None:
         """Offer the job's KV state (the tokens fed so far) to the prefix cache, then free

@@ -35,6 +35,7 @@ from realtime.engine.base import EngineOutput, EngineRequest
 from realtime.engine.cpu.backend import (
     CACHE_SCOPES,
     DEFAULT_MAX_BATCH_SIZE,
+    KV_BLOCK_TOKENS,
     BackendOptions,
     CpuBackend,
     CpuStats,
@@ -42,6 +43,7 @@ from realtime.engine.cpu.backend import (
 from realtime.engine.cpu.sampling import validate_sampling
 from realtime.engine.errors import EngineRequestError, RequestPart
 from realtime.engine.grammar import NOT_LOADED, GrammarSupport, bind_grammar
+from realtime.engine.snapshot import EngineSnapshot, KvCacheSnapshot
 from realtime.engine.threaded import ThreadedEngineCore
 from realtime.model.info import ModelInfo
 from realtime.model.model_dir import ModelFiles, load_model_dir
@@ -183,6 +185,38 @@ class CpuEngine:
 
     async def close(self) -> None:
         await self._core.close()
+
+    def snapshot(self) -> EngineSnapshot:
+        """Client jobs in the batch (running) and waiting for a place in it, or for the
+        engine thread to take them between steps. The KV cache is the batch's: a row of
+        up to the context's length per place, counted in blocks of `KV_BLOCK_TOKENS`
+        tokens (the engine allocates per token); the blocks used are those the jobs in
+        the batch hold, counted after each step. Finished requests' KV kept in the
+        prefix cache is not counted (it is given up when needed, as vLLM's cached
+        blocks are). Prefix-cache queries and hits are prompt tokens looked up and found
+        when a job joins. The cpu engine never preempts a job to resume it later (a
+        warm-up that a client request takes over ends; `stats.requests_preempted`
+        counts those), so `preemptions` is 0."""
+        stats, backend = self.stats, self.backend
+        if backend is None:
+            return EngineSnapshot()
+        blocks = backend.batch_blocks
+        kv = None
+        if blocks is not None:
+            kv = KvCacheSnapshot(
+                block_size=KV_BLOCK_TOKENS,
+                total_blocks=blocks,
+                used_blocks=backend.held_blocks,
+                prefix_caching=backend.reuses_prefixes,
+                dtype=self.dtype,
+            )
+        return EngineSnapshot(
+            running=backend.running,
+            waiting=backend.waiting + self._core.queued,
+            kv_cache=kv,
+            prefix_cache_queries=stats.prefix_cache_queries,
+            prefix_cache_hits=stats.prefill_tokens_reused,
+        )
 
     def end_session(self, session_id: str) -> None:
         """The session is over: its cache entries lose their protection (are dropped when

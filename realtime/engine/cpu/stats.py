@@ -53,7 +53,11 @@ class CpuStats:
     #: whether client requests share forward passes (False: one sequence per pass)
     batching: bool = False
     prefill_tokens_computed: int = 0
+    #: prompt tokens found in the prefix cache (vLLM's prefix-cache hits)
     prefill_tokens_reused: int = 0
+    #: prompt tokens looked up in the prefix cache (vLLM's prefix-cache queries): a
+    #: request's whole prompt, when it joins; 0 while the cache is off
+    prefix_cache_queries: int = 0
     tokens_generated: int = 0
     requests_started: int = 0
     requests_finished: int = 0
@@ -63,9 +67,9 @@ class CpuStats:
     requests_paused: int = 0
     #: forward passes run for background-priority jobs (speculative warm-ups)
     background_forward_passes: int = 0
-    #: tokens whose logits waited for their grammar's mask (the sequence was held out
+    #: tokens whose logits waited for their grammar's mask (the sequence was parked out
     #: of passes meanwhile; see backend.py)
-    tokens_held: int = 0
+    tokens_parked: int = 0
     #: entries and tokens currently held by the prefix cache, and evictions so far
     cache_entries: int = 0
     cache_tokens: int = 0

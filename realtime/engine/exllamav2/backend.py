@@ -164,6 +164,39 @@ class ExLlamaV2Backend:
         if self._chunk is not None and background_chunk_size is not None:
             self._background_chunk = min(background_chunk_size, self._chunk)
         self.background = background_stats if background_stats is not None else BackgroundStats()
+        #: prompt tokens of the jobs that reported their cached tokens, and those tokens:
+        #: the prefix cache's queries and hits (written here, read from any thread)
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+
+    # --- what the engine reports (read from the event loop: lengths, read whole) ---
+
+    @property
+    def running(self) -> int:
+        """Client jobs the generator is computing. A background job is only ever in the
+        generator alone (a client request takes it out), so then there are none."""
+        if self._running_background is not None:
+            return 0
+        return len(getattr(self.generator, "active_jobs", ()))
+
+    @property
+    def waiting(self) -> int:
+        """Client jobs the generator holds until they fit its batch and free pages."""
+        if self._running_background is not None:
+            return 0
+        return len(getattr(self.generator, "pending_jobs", ()))
+
+    def pages(self) -> tuple[int, int, int] | None:
+        """(page size, pages, pages referenced by jobs in the generator) from its page
+        table; pages that only keep a finished job's prefix are unreferenced (free).
+        None for a generator without exllamav2 0.3's page table attributes."""
+        generator = self.generator
+        size = getattr(generator, "page_size", None)
+        total = getattr(generator, "max_pages", None)
+        referenced = getattr(generator, "referenced_pages", None)
+        if not isinstance(size, int) or not isinstance(total, int) or referenced is None:
+            return None
+        return size, total, len(referenced)
 
     # --- StepBackend ---
 
@@ -485,6 +518,8 @@ class ExLlamaV2Backend:
         if not job.cached_reported and result.get("cached_tokens") is not None:
             cached = int(result["cached_tokens"])
             job.cached_reported = True
+            self.prefix_queries += len(job.request.prompt_token_ids)
+            self.prefix_hits += cached
         if not token_ids and not eos:
             return None  # everything in this step is held back
         finish: FinishReason | None = None

@@ -27,6 +27,7 @@ from realtime.engine.base import EngineOutput, EngineRequest
 from realtime.engine.exllamav2.backend import MIN_LOGPROB, BackgroundStats, ExLlamaV2Backend
 from realtime.engine.exllamav2.salt import install_salted_hashing, salted_job_class
 from realtime.engine.grammar import NOT_LOADED, GrammarSupport, bind_grammar
+from realtime.engine.snapshot import EngineSnapshot, KvCacheSnapshot
 from realtime.engine.threaded import CoreStats, ThreadedEngineCore
 from realtime.model.info import ModelInfo
 
@@ -170,6 +171,8 @@ class ExLlamaV2Engine:
         self.salting: bool | None = None
         self.background = BackgroundStats()
         self._grammar: GrammarSupport = NOT_LOADED
+        #: Set on the engine thread once loaded; read by `snapshot()` (lengths and ints).
+        self._backend: ExLlamaV2Backend | None = None
 
     @property
     def info(self) -> ModelInfo:
@@ -219,6 +222,36 @@ class ExLlamaV2Engine:
 
     def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
         return self._core.generate(request)
+
+    def snapshot(self) -> EngineSnapshot:
+        """Client jobs running and waiting in the generator (or for the engine thread to
+        take them between steps), and its page table as the KV
+        cache (a block is a page; pages kept only for prefix reuse are free). Prefix
+        queries and hits are counted when exllamav2 reports a job's cached tokens, which
+        it does when the job ends. A background job taken out of the generator for a
+        client request, to start again later, counts as a preemption."""
+        backend = self._backend
+        if backend is None:
+            return EngineSnapshot()
+        pages = backend.pages()
+        kv = None
+        if pages is not None:
+            size, total, used = pages
+            kv = KvCacheSnapshot(
+                block_size=size,
+                total_blocks=total,
+                used_blocks=used,
+                prefix_caching=True,
+                dtype=self._options.cache_mode.lower(),
+            )
+        return EngineSnapshot(
+            running=backend.running,
+            waiting=backend.waiting + self._core.queued,
+            kv_cache=kv,
+            prefix_cache_queries=backend.prefix_queries,
+            prefix_cache_hits=backend.prefix_hits,
+            preemptions=self.background.yields,
+        )
 
     # --- on the engine thread ---
 
@@ -295,7 +328,7 @@ class ExLlamaV2Engine:
             "autosplit" if opts.gpu_split is None else f"gpu split {list(opts.gpu_split)} GB",
             "paged" if paged else "unpaged (install flash-attn for batching and page reuse)",
         )
-        return ExLlamaV2Backend(
+        self._backend = ExLlamaV2Backend(
             generator,
             job_class=job_class,
             settings_class=exl_generator.ExLlamaV2Sampler.Settings,
@@ -308,6 +341,7 @@ class ExLlamaV2Engine:
             background_chunk_size=opts.background_chunk_size,
             background_stats=self.background,
         )
+        return self._backend
 
 
 #: What `salt` overrides or reads; all present in exllamav2 0.3.x.

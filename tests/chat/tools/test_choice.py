@@ -15,7 +15,7 @@ from realtime.chat.tools.choice import (
     tool_choice_violation,
 )
 from realtime.chat.tools.output import build_output_parser
-from realtime.protocol.request import NamedToolChoice
+from realtime.dialects.chat.request import NamedToolChoice
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {}}},

@@ -10,9 +10,9 @@ import pytest
 from realtime.chat.aggregate import ChunkAggregator
 from realtime.chat.delta import DeltaGenerator
 from realtime.chat.tools.output import ChatOutputParser, build_output_parser
+from realtime.dialects.chat.response import ChatCompletion, ChatCompletionChunk
 from realtime.model.generation import FinishReason
 from realtime.protocol.output import OutputEvent, fold_events
-from realtime.protocol.response import ChatCompletion, ChatCompletionChunk
 from tests.chat.tools.harness import splits
 
 TOOLS = [

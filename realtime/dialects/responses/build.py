@@ -1,0 +1,146 @@
+"""A Responses request as the neutral `GenerationRequest`: items in, no chat JSON between.
+
+The conversation is the stored history along `previous_response_id` (each earlier
+response's input items, then its output items, oldest first) and then the new
+input, after `instructions` as a first system message (instructions are never
+carried over from an earlier response, as OpenAI documents). Items become the
+neutral conversation items one for one: a `message` its role's message with its
+text parts, `reasoning` a reasoning item, `function_call` a function call and
+`function_call_output` a function's output; the one conversion every API shares
+(`realtime.chat.conversation`) then renders them, so a continuation renders the
+same prompt the chat API would for the same conversation, and the engine's
+prefix cache finds the earlier turn.
+
+Every field keeps the client's own name for errors (`RESPONSES_PATHS`):
+`max_output_tokens`, `text.format`, `input`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from realtime.dialects.responses.items import item_text
+from realtime.dialects.responses.request import ResponsesRequest, TextConfig
+from realtime.protocol.conversation import (
+    FunctionCall,
+    FunctionCallOutput,
+    FunctionTool,
+    Item,
+    Message,
+    NamedFunction,
+    Reasoning,
+    ToolChoice,
+)
+from realtime.protocol.errors import InvalidRequestError
+from realtime.protocol.generation_request import (
+    FieldPaths,
+    GenerationRequest,
+    JsonFormat,
+    Sampling,
+)
+
+RESPONSES_PATHS = FieldPaths(input="input", max_tokens="max_output_tokens", format="text.format")
+
+
+def responses_conversation(
+    items: Iterable[dict[str, Any]], instructions: str | None
+) -> tuple[Item, ...]:
+    """Responses items (normal form, `items.py`) as conversation items."""
+    out: list[Item] = []
+    if instructions:
+        out.append(Message("system", (instructions,)))
+    for item in items:
+        kind = item["type"]
+        if kind == "message":
+            out.append(Message(item["role"], tuple(item_text(item["content"]))))
+        elif kind == "reasoning":
+            out.append(Reasoning(_reasoning_text(item)))
+        elif kind == "function_call":
+            out.append(FunctionCall(item["call_id"], item["name"], item["arguments"]))
+        elif kind == "function_call_output":
+            output = item["output"]
+            texts = (output,) if isinstance(output, str) else tuple(item_text(output))
+            out.append(FunctionCallOutput(item["call_id"], texts))
+    return tuple(out)
+
+
+def responses_generation(
+    request: ResponsesRequest,
+    history: list[dict[str, Any]],
+    *,
+    generate: bool = True,
+    warm_next_turn: bool = False,
+) -> GenerationRequest:
+    """The neutral request that generates the response. `generate` False: the socket's
+    warm-up (`generate: false`): one token is the least the engine computes; it is
+    dropped, and nothing that could fail on an answer (a required tool call) applies."""
+    conversation = responses_conversation([*history, *request.items], request.instructions)
+    if not conversation:
+        raise InvalidRequestError(
+            "input is empty: send input items (or continue a response that has some)",
+            param="input",
+        )
+    limit = 1 if not generate else request.max_output_tokens
+    return GenerationRequest(
+        model=request.model,
+        conversation=conversation,
+        tools=_tools(request.function_tools.chat),
+        tool_choice="none" if not generate else _tool_choice(request.chat_tool_choice),
+        parallel_tool_calls=request.parallel_tool_calls,
+        format=_format(request.text),
+        max_tokens=limit,
+        max_tokens_explicit=limit is not None,
+        sampling=Sampling(temperature=request.temperature, top_p=request.top_p),
+        logprobs=(request.top_logprobs or 0) if generate and request.wants_logprobs else None,
+        speculative_prefill=generate and (warm_next_turn or request.warms_next_turn),
+        paths=RESPONSES_PATHS,
+    )
+
+
+def _reasoning_text(item: dict[str, Any]) -> str:
+    """A reasoning item's text: its content, else its summary's parts one per line."""
+    content = item.get("content")
+    if content:
+        return "".join(part["text"] for part in content)
+    return "\n".join(part["text"] for part in item.get("summary") or ())
+
+
+def _tools(chat_tools: list[dict[str, Any]] | None) -> tuple[FunctionTool, ...] | None:
+    if not chat_tools:
+        return None
+    tools = []
+    for tool in chat_tools:
+        function = tool["function"]
+        tools.append(
+            FunctionTool(
+                function["name"],
+                function.get("description"),
+                function.get("parameters"),
+                function.get("strict"),
+            )
+        )
+    return tuple(tools)
+
+
+def _tool_choice(choice: Any) -> ToolChoice | None:
+    """`parse_tool_choice`'s result: a mode, or `{"function": {"name": ...}}`."""
+    if choice in (None, "auto", "none", "required"):
+        return choice  # type: ignore[no-any-return]
+    return NamedFunction(choice["function"]["name"])
+
+
+def _format(text: TextConfig | None) -> JsonFormat | None:
+    """`text.format` (flat: `{"type": "json_schema", "name", "schema", ...}`)."""
+    fmt = text.format if text is not None else None
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return JsonFormat()
+    return JsonFormat(
+        "json_schema",
+        schema=fmt.schema_,
+        name=fmt.name,
+        description=fmt.description,
+        strict=fmt.strict,
+    )

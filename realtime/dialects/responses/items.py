@@ -1,0 +1,316 @@
+"""Input items: validated one at a time, then kept in one normal form.
+
+A Responses `input` is a string or a list of items. The SDK knows some thirty
+item types; this server runs the ones a text model can: messages (system,
+developer, user, assistant), `function_call`, `function_call_output` and
+`reasoning`. The others (hosted tools' calls, images, files, item references...)
+are refused with a 400 naming the item, since a model that never saw them
+would answer as if they were not there.
+
+Each item's `type` picks its model (a message may leave `type` out), and each
+model is strict as the chat request is: an unknown field is a 400
+`unknown_field` naming it (`input.2.contents`), a wrong type a 400
+`invalid_type`. Fields the SDK defines but that change nothing here (`status`,
+`phase`, `caller`, `namespace`...) are accepted.
+
+The normal form is what the store keeps and `GET /v1/responses/{id}/input_items`
+returns: every item with an id (the client's, or a new random one), string
+content as one text part, and a status.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from realtime.dialects.responses import ids
+from realtime.dialects.responses.validation import client_error, invalid_type
+from realtime.protocol.errors import InvalidRequestError, UnsupportedFeatureError
+
+Status = Literal["in_progress", "completed", "incomplete"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+
+# --- content parts ---
+
+
+class PromptCacheBreakpoint(_Strict):
+    mode: Literal["explicit"]
+    ttl: Literal["30m", "12h"] | None = None
+
+
+class InputText(_Strict):
+    type: Literal["input_text"]
+    text: str
+    #: OpenAI's explicit cache breakpoint; the engines here cache every prefix anyway.
+    prompt_cache_breakpoint: PromptCacheBreakpoint | None = None
+
+
+class OutputText(_Strict):
+    type: Literal["output_text"]
+    text: str
+    annotations: list[dict[str, Any]] | None = None
+    logprobs: list[dict[str, Any]] | None = None
+
+
+class Refusal(_Strict):
+    type: Literal["refusal"]
+    refusal: str
+
+
+_PART_MODELS: dict[str, type[_Strict]] = {
+    "input_text": InputText,
+    "output_text": OutputText,
+    "refusal": Refusal,
+}
+#: Parts the SDK defines that a text-only model cannot take.
+_UNSUPPORTED_PARTS = frozenset({"input_image", "input_file", "input_audio"})
+
+
+# --- items ---
+
+
+class MessageItem(_Strict):
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[dict[str, Any]]
+    id: str | None = None
+    status: Status | None = None
+    phase: Literal["commentary", "final_answer"] | None = None
+
+
+class FunctionCallItem(_Strict):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+    id: str | None = None
+    status: Status | None = None
+    namespace: str | None = None
+    caller: dict[str, Any] | None = None
+    async_: bool | None = Field(default=None, alias="async")
+
+
+class FunctionCallOutputItem(_Strict):
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str | list[dict[str, Any]]
+    id: str | None = None
+    status: Status | None = None
+    name: str | None = None
+    namespace: str | None = None
+    caller: dict[str, Any] | None = None
+
+
+class SummaryText(_Strict):
+    type: Literal["summary_text"]
+    text: str
+
+
+class ReasoningText(_Strict):
+    type: Literal["reasoning_text"]
+    text: str
+
+
+class ReasoningItem(_Strict):
+    type: Literal["reasoning"]
+    summary: list[SummaryText]
+    id: str | None = None
+    content: list[ReasoningText] | None = None
+    encrypted_content: str | None = None
+    status: Status | None = None
+
+
+_ITEM_MODELS: dict[str, type[_Strict]] = {
+    "message": MessageItem,
+    "function_call": FunctionCallItem,
+    "function_call_output": FunctionCallOutputItem,
+    "reasoning": ReasoningItem,
+}
+
+#: Item types the SDK defines that this server does not run (refused by name).
+UNSUPPORTED_ITEMS = frozenset(
+    {
+        "item_reference",
+        "file_search_call",
+        "computer_call",
+        "computer_call_output",
+        "web_search_call",
+        "tool_search_call",
+        "tool_search_output",
+        "additional_tools",
+        "configuration_update",
+        "compaction",
+        "compaction_trigger",
+        "image_generation_call",
+        "code_interpreter_call",
+        "local_shell_call",
+        "local_shell_call_output",
+        "shell_call",
+        "shell_call_output",
+        "apply_patch_call",
+        "apply_patch_call_output",
+        "mcp_list_tools",
+        "mcp_approval_request",
+        "mcp_approval_response",
+        "mcp_call",
+        "custom_tool_call",
+        "custom_tool_call_output",
+        "program",
+        "program_output",
+    }
+)
+
+
+def normalize_input(raw: str | list[Any] | None) -> list[dict[str, Any]]:
+    """The request's `input` as items in normal form. Raises a 400 naming the bad field."""
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        return [_message("user", [{"type": "input_text", "text": raw}], None, None)]
+    return [_normalize_item(item, f"input.{index}") for index, item in enumerate(raw)]
+
+
+def _normalize_item(item: Any, where: str) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        raise invalid_type(where, ["an object"], item)
+    kind = item.get("type", "message")
+    model = _ITEM_MODELS.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        raise _unknown_type(kind, where, UNSUPPORTED_ITEMS, "input item")
+    try:
+        parsed = model.model_validate(item)
+    except ValidationError as exc:
+        raise client_error(exc, where) from None
+    if isinstance(parsed, MessageItem):
+        return _normalize_message(parsed, where)
+    if isinstance(parsed, FunctionCallItem):
+        call: dict[str, Any] = {
+            "id": parsed.id or ids.function_call_id(),
+            "type": "function_call",
+            "call_id": parsed.call_id,
+            "name": parsed.name,
+            "arguments": parsed.arguments,
+            "status": parsed.status or "completed",
+        }
+        if parsed.namespace is not None:
+            call["namespace"] = parsed.namespace
+        return call
+    if isinstance(parsed, FunctionCallOutputItem):
+        output: str | list[dict[str, Any]] = parsed.output
+        if isinstance(output, list):
+            output = _parts(output, f"{where}.output", allowed=("input_text",))
+        return {
+            "id": parsed.id or ids.function_call_output_id(),
+            "type": "function_call_output",
+            "call_id": parsed.call_id,
+            "output": output,
+            "status": parsed.status or "completed",
+        }
+    assert isinstance(parsed, ReasoningItem)
+    reasoning: dict[str, Any] = {
+        "id": parsed.id or ids.reasoning_id(),
+        "type": "reasoning",
+        "summary": [part.model_dump() for part in parsed.summary],
+    }
+    if parsed.content is not None:
+        reasoning["content"] = [part.model_dump() for part in parsed.content]
+    if parsed.encrypted_content is not None:
+        reasoning["encrypted_content"] = parsed.encrypted_content
+    reasoning["status"] = parsed.status or "completed"
+    return reasoning
+
+
+def _normalize_message(message: MessageItem, where: str) -> dict[str, Any]:
+    assistant = message.role == "assistant"
+    if isinstance(message.content, str):
+        part: dict[str, Any] = (
+            {"type": "output_text", "text": message.content, "annotations": []}
+            if assistant
+            else {"type": "input_text", "text": message.content}
+        )
+        parts = [part]
+    else:
+        parts = _parts(message.content, f"{where}.content")
+    return _message(message.role, parts, message.id, message.phase, message.status)
+
+
+def _message(
+    role: str,
+    parts: list[dict[str, Any]],
+    item_id: str | None,
+    phase: str | None,
+    status: str | None = None,
+) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "id": item_id or ids.message_id(),
+        "type": "message",
+        "role": role,
+        "content": parts,
+        "status": status or "completed",
+    }
+    if phase is not None:
+        message["phase"] = phase
+    return message
+
+
+def _parts(
+    parts: list[dict[str, Any]], where: str, allowed: tuple[str, ...] = tuple(_PART_MODELS)
+) -> list[dict[str, Any]]:
+    out = []
+    for index, part in enumerate(parts):
+        at = f"{where}.{index}"
+        if not isinstance(part, dict):
+            raise invalid_type(at, ["an object"], part)
+        kind = part.get("type")
+        model = _PART_MODELS.get(kind) if isinstance(kind, str) and kind in allowed else None
+        if model is None:
+            raise _unknown_type(kind, at, _UNSUPPORTED_PARTS, "content part")
+        try:
+            parsed = model.model_validate(part)
+        except ValidationError as exc:
+            raise client_error(exc, at) from None
+        if isinstance(parsed, OutputText):
+            out.append(
+                {
+                    "type": "output_text",
+                    "text": parsed.text,
+                    "annotations": parsed.annotations or [],
+                    **({"logprobs": parsed.logprobs} if parsed.logprobs is not None else {}),
+                }
+            )
+        else:
+            out.append(parsed.model_dump(exclude_none=True))
+    return out
+
+
+def _unknown_type(kind: Any, where: str, unsupported: frozenset[str], what: str) -> Exception:
+    if not isinstance(kind, str):
+        return invalid_type(f"{where}.type", ["a string"], kind)
+    if kind in unsupported:
+        return UnsupportedFeatureError(
+            f"{where}: {what} type {kind!r} is not supported by this server (it serves a"
+            " text model with function tools)",
+            param=f"{where}.type",
+        )
+    return InvalidRequestError(
+        f"Invalid value for '{where}.type': unknown {what} type {kind!r}.",
+        param=f"{where}.type",
+        code="invalid_value",
+    )
+
+
+def item_text(parts: list[dict[str, Any]] | str) -> list[str]:
+    """The texts of content parts (a refusal counts as text), in order."""
+    if isinstance(parts, str):
+        return [parts]
+    texts = []
+    for part in parts:
+        text = part.get("refusal") if part.get("type") == "refusal" else part.get("text")
+        if isinstance(text, str):
+            texts.append(text)
+    return texts

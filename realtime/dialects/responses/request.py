@@ -1,0 +1,304 @@
+"""The `POST /v1/responses` body (and, later, the socket's `response.create`), strict.
+
+Unknown-field policy, as for chat: a field the SDK does not define is a 400
+`unknown_field` naming it, at any depth we model; a wrong JSON type is a 400
+`invalid_type`. Every field of the SDK's `responses.create()` is known, and falls
+in one of three groups:
+
+* honoured: `model`, `input`, `instructions`, `previous_response_id`, `store`,
+  `stream`, `metadata`, `temperature`, `top_p`, `max_output_tokens`, `tools`
+  (function tools), `tool_choice`, `parallel_tool_calls`, `text.format` (`text`;
+  `json_schema` and `json_object` enforced on the engines that constrain generation,
+  refused on the others),
+  `include` (`message.output_text.logprobs`), `top_logprobs`, and this server's
+  extension `nvext.agent_hints.speculative_prefill` (warm the next turn, as chat);
+* accepted, no effect on a self-hosted text model (kept so SDK defaults and agent
+  frameworks work unchanged): `user`, `safety_identifier`, `prompt_cache_key`,
+  `prompt_cache_retention`, `prompt_cache_options` (without `prewarm`),
+  `service_tier`, `reasoning`, `text.verbosity`, `max_tool_calls` (it counts
+  built-in tools, which this server has none of), `truncation: "disabled"`,
+  `background: false`, `image`, `access_programs`, `stream_options`, the other
+  `include` values (they name output this server never produces);
+* refused with a 400 saying so (`unsupported`): `background: true`,
+  `truncation: "auto"`, `conversation`, `prompt`, `context_management`,
+  `moderation`, `background_options`, `prompt_cache_options.prewarm`, hosted
+  tools, tool choices other than none/auto/required/a function.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+
+from realtime.dialects.responses.items import normalize_input
+from realtime.dialects.responses.tools import FunctionTools, parse_tool_choice, parse_tools
+from realtime.dialects.responses.validation import client_error
+from realtime.protocol.errors import InvalidRequestError, UnsupportedFeatureError
+from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
+
+#: OpenAI's limits on `metadata`: pairs, key length, value length.
+MAX_METADATA_PAIRS = 16
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 512
+
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+Includable = Literal[
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs",
+    "reasoning.encrypted_content",
+    "message.output_text.logprobs",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class TextFormat(_Strict):
+    type: Literal["text", "json_schema", "json_object"]
+    # json_schema's fields (flat, unlike the chat API's nested `json_schema`)
+    name: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+
+class TextConfig(_Strict):
+    format: TextFormat | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+class ReasoningConfig(_Strict):
+    effort: str | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+    context: Literal["auto", "current_turn", "all_turns"] | None = None
+    mode: str | None = None
+
+
+class ResponsesStreamOptions(_Strict):
+    #: OpenAI pads delta events against length side channels; this server never pads.
+    include_obfuscation: bool | None = None
+
+
+class PromptCacheOptions(_Strict):
+    comparison_response_id: str | None = None
+    mode: Literal["implicit", "explicit"] | None = None
+    prewarm: bool | None = None
+    ttl: Literal["30m", "12h"] | None = None
+
+
+class ImageOptions(_Strict):
+    context_compression: Literal["auto", "enabled", "disabled"] | None = None
+
+
+class AccessPrograms(_Strict):
+    cyber: Literal["standard", "daybreak_blue", "daybreak_red"] | None = None
+
+
+class ResponsesAgentHints(_Strict):
+    """The chat API's `nvext.agent_hints`, as a response takes them."""
+
+    #: After the answer, warm the KV cache with the conversation so far (see docs).
+    speculative_prefill: bool | None = None
+
+
+class ResponsesNvExt(_Strict):
+    """The chat API's `nvext`, as far as a response uses it: the agent hints."""
+
+    #: `speculative_prefill: true`: once the answer is out, warm the prefix every next
+    #: turn starts with (the conversation so far), at background priority.
+    agent_hints: ResponsesAgentHints | None = None
+
+
+class ResponsesRequest(_Strict):
+    """`POST /v1/responses`. Items and tools are validated by `parse_responses_request`."""
+
+    #: Every response streams whatever `stream` says (the socket's events).
+    always_streams: ClassVar[bool] = False
+
+    model: str
+    input: str | list[Any] | None = None
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    store: bool | None = None
+    stream: bool | None = None
+    stream_options: ResponsesStreamOptions | None = None
+    metadata: dict[str, str] | None = None
+
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    max_tool_calls: int | None = Field(default=None, ge=0)
+
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+
+    text: TextConfig | None = None
+    include: list[Includable] | None = None
+    reasoning: ReasoningConfig | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    background: bool | None = None
+
+    # accepted, no effect here
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    prompt_cache_options: PromptCacheOptions | None = None
+    service_tier: str | None = None
+    image: ImageOptions | None = None
+    access_programs: AccessPrograms | None = None
+
+    # this server's extension (the chat API's `nvext`); the SDK sends it as extra_body
+    nvext: ResponsesNvExt | None = None
+
+    # refused when set
+    background_options: dict[str, Any] | None = None
+    context_management: list[Any] | None = None
+    conversation: str | dict[str, Any] | None = None
+    moderation: dict[str, Any] | None = None
+    prompt: dict[str, Any] | None = None
+
+    _items: list[dict[str, Any]] = PrivateAttr(default_factory=list)
+    _tools: FunctionTools = PrivateAttr(default_factory=FunctionTools)
+    _tool_choice: Any = PrivateAttr(default=None)
+
+    @property
+    def items(self) -> list[dict[str, Any]]:
+        """The input items in normal form (ids assigned), as stored and listed."""
+        return self._items
+
+    @property
+    def function_tools(self) -> FunctionTools:
+        return self._tools
+
+    @property
+    def chat_tool_choice(self) -> Any:
+        """`tool_choice` as the chat API spells it (None when not given)."""
+        return self._tool_choice
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return bool(self.include and LOGPROBS_INCLUDE in self.include)
+
+    @property
+    def warms_next_turn(self) -> bool:
+        """`nvext.agent_hints.speculative_prefill` (see `pipeline/speculative.py`)."""
+        hints = self.nvext.agent_hints if self.nvext is not None else None
+        return bool(hints is not None and hints.speculative_prefill)
+
+    @property
+    def stores(self) -> bool:
+        """`store` defaults to true, as OpenAI's."""
+        return self.store is not False
+
+
+class ResponseCreateEvent(ResponsesRequest):
+    """The WebSocket mode's `response.create` event: the same body, plus the event's own
+    fields (the SDK's `ResponseCreate`). Parse it with
+    `parse_responses_request(data, limits, ResponseCreateEvent)`."""
+
+    always_streams: ClassVar[bool] = True
+
+    type: Literal["response.create"]
+    #: The lane (`AsyncResponsesWebSocketSession.lane`) the response's events carry.
+    stream_id: str | None = None
+    #: false: prepare the cache with the input and generate nothing (OpenAI's prewarm).
+    #: The socket dialect decides whether it serves it; `ResponsesService` generates.
+    generate: bool | None = None
+
+
+def parse_responses_request(
+    data: Any,
+    limits: InputLimits = DEFAULT_INPUT_LIMITS,
+    model: type[ResponsesRequest] = ResponsesRequest,
+) -> ResponsesRequest:
+    """Validate a decoded JSON body; every failure is one specific 400 naming the field.
+
+    `model` lets the socket dialect add its own fields (`stream_id`, `generate`) to
+    the same request. The body's depth and size were checked when it was decoded
+    (`limits`, `protocol/json_input.py`)."""
+    if not isinstance(data, dict):
+        raise InvalidRequestError("the request body must be a JSON object")
+    try:
+        request = model.model_validate(data)
+    except ValidationError as exc:
+        raise client_error(exc) from None
+    _refuse_unsupported(request)
+    _check_metadata(request.metadata)
+    request._items = normalize_input(request.input)
+    request._tools = parse_tools(request.tools)
+    request._tool_choice = parse_tool_choice(request.tool_choice, request._tools)
+    return request
+
+
+def _refuse_unsupported(request: ResponsesRequest) -> None:
+    if request.stream_options is not None and not (request.stream or request.always_streams):
+        raise InvalidRequestError(
+            "stream_options is only allowed when stream is true", param="stream_options"
+        )
+    if request.background:
+        raise UnsupportedFeatureError(
+            "background responses are not supported: every response runs while its"
+            " request (or socket) is open",
+            param="background",
+        )
+    if request.truncation == "auto":
+        raise UnsupportedFeatureError(
+            "truncation 'auto' is not supported: a conversation longer than the model's"
+            " context is refused (context_length_exceeded); use 'disabled'",
+            param="truncation",
+        )
+    options = request.prompt_cache_options
+    if options is not None and options.prewarm:
+        raise UnsupportedFeatureError(
+            "prompt_cache_options.prewarm is not supported", param="prompt_cache_options.prewarm"
+        )
+    for name in ("conversation", "prompt", "context_management", "moderation"):
+        if getattr(request, name) is not None:
+            raise UnsupportedFeatureError(
+                f"{name} is not supported by this server"
+                + (
+                    " (continue a conversation with previous_response_id)"
+                    if name == "conversation"
+                    else ""
+                ),
+                param=name,
+            )
+    if request.background_options is not None:
+        raise UnsupportedFeatureError(
+            "background_options is not supported (background responses are not)",
+            param="background_options",
+        )
+
+
+def _check_metadata(metadata: dict[str, str] | None) -> None:
+    if metadata is None:
+        return
+    if len(metadata) > MAX_METADATA_PAIRS:
+        raise InvalidRequestError(
+            f"metadata: at most {MAX_METADATA_PAIRS} key-value pairs, got {len(metadata)}",
+            param="metadata",
+        )
+    for key, value in metadata.items():
+        if len(key) > MAX_METADATA_KEY_CHARS:
+            raise InvalidRequestError(
+                f"metadata: keys may have at most {MAX_METADATA_KEY_CHARS} characters;"
+                f" one has {len(key)}",
+                param="metadata",
+            )
+        if len(value) > MAX_METADATA_VALUE_CHARS:
+            raise InvalidRequestError(
+                f"metadata: values may have at most {MAX_METADATA_VALUE_CHARS} characters;"
+                f" the value of {key!r} has {len(value)}",
+                param=f"metadata.{key}",
+            )

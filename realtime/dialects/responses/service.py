@@ -1,0 +1,414 @@
+"""The Responses API on top of the chat pipeline: one run, for both transports.
+
+    ResponsesRequest (request.py)
+      -> begin(): the conversation (stored responses along previous_response_id,
+         read from the stores, then the new input items) as the neutral request
+         (build.py), and the Response object (objects.py)
+      -> build_prompt(): ChatPipeline.prepare (the same prepare every API's request
+         goes through: template, budget, sampling, parsers) and the grammar's compile
+      -> events(): `response.created`, the pipeline's typed output -> Responses
+         events (events.py); at the end the response is stored, then its terminal
+         event is sent
+      -> complete(): the same events, folded into the final Response
+
+HTTP calls `prepare()` (begin, then build_prompt: its errors are a 400 before any
+event), then `events()` or `complete()`. WebSocket mode's job calls `begin()`
+before the response's first event (its `previous_response_id` not found is an
+`error` event), then `events()`, which builds the prompt after
+`response.created` (its errors end the response `response.failed`). Nothing
+here reads a store but `begin` and the stored-response operations, all awaited.
+
+Errors name the Responses fields (`input`, `max_output_tokens`, `text.format`):
+the neutral request carries them (`build.RESPONSES_PATHS`), so nothing is renamed.
+
+A transport gives `prepare` the caller's owner (`owner(api_key)`) and, on a
+socket, `local`: the connection's own store for `store: false` responses, which
+continuations on that socket may reference and nobody else can see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from realtime.dialects.responses import ids
+from realtime.dialects.responses.build import responses_generation
+from realtime.dialects.responses.errors import (
+    NotCancellableError,
+    PreviousResponseNotFoundError,
+    ResponseNotFoundError,
+)
+from realtime.dialects.responses.events import ResponseEvents
+from realtime.dialects.responses.objects import new_response
+from realtime.dialects.responses.request import ResponsesRequest, parse_responses_request
+from realtime.pipeline import ChatPipeline, PreparedChat
+from realtime.pipeline.events import Finish, Step, Usage
+from realtime.pipeline.offload import prepare_chat
+from realtime.protocol.errors import InvalidRequestError, RealtimeError
+from realtime.protocol.generation_request import GenerationRequest
+from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
+from realtime.store.base import Chain, ResponseStore, StoredResponse
+
+#: Responses followed back from a `previous_response_id` at most. The prompt's
+#: token budget ends a long conversation far sooner; this bounds the lookups.
+MAX_CHAIN = 10_000
+#: `GET .../input_items`: `limit`'s default and maximum, as OpenAI's.
+DEFAULT_LIST_LIMIT = 20
+MAX_LIST_LIMIT = 100
+
+
+@dataclass(slots=True)
+class PreparedResponse:
+    """One response between `begin` and its end: the run's state."""
+
+    request: ResponsesRequest
+    #: The neutral request that generates it (`plan`).
+    generation: GenerationRequest
+    events: ResponseEvents
+    #: where the finished response is kept (None: nowhere, `store: false` over HTTP)
+    store: ResponseStore | None
+    owner: str | None
+    #: False: the socket's warm-up (`generate: false`): the prompt is prefilled, no
+    #: output is returned, and the response (input only) can be continued.
+    generate: bool = True
+    #: The socket's cache session (None over HTTP).
+    session_id: str | None = None
+    #: Characters of its frame and history: a large prompt is built off the event loop.
+    size: int = 0
+    #: The pipeline's prepared request, once `build_prompt` built its prompt.
+    chat: PreparedChat | None = None
+
+    @property
+    def id(self) -> str:
+        response_id: str = self.events.response["id"]
+        return response_id
+
+    def tokens(self) -> Usage | None:
+        """The tokens so far (None until the prompt was built); a warm-up's answer
+        counts none (the one token it computed is dropped)."""
+        if self.chat is None:
+            return None
+        usage = self.chat.usage
+        return usage if self.generate else Usage(usage.prompt_tokens, 0, usage.cached_tokens)
+
+    def usage(self) -> dict[str, Any] | None:
+        """The usage so far as the access log and the metrics read it."""
+        tokens = self.tokens()
+        return tokens.as_dict() if tokens is not None else None
+
+
+@dataclass(slots=True)
+class ResponsePlan:
+    generation: GenerationRequest
+    events: ResponseEvents
+    generate: bool
+
+
+class ResponsesService:
+    def __init__(
+        self,
+        pipeline: ChatPipeline,
+        store: ResponseStore,
+        *,
+        limits: InputLimits = DEFAULT_INPUT_LIMITS,
+        max_chain: int = MAX_CHAIN,
+    ) -> None:
+        self.pipeline = pipeline
+        self.store = store
+        self.limits = limits
+        self.max_chain = max_chain
+
+    def owner(self, api_key: bytes | None) -> str | None:
+        """The owner of what a caller with `api_key` stores (None on an open server)."""
+        return self.store.owner(api_key)
+
+    def parse(
+        self, data: Any, model: type[ResponsesRequest] = ResponsesRequest
+    ) -> ResponsesRequest:
+        return parse_responses_request(data, self.limits, model)
+
+    # --- creating a response ---
+
+    async def prepare(
+        self,
+        request: ResponsesRequest,
+        *,
+        stream: bool,
+        owner: str | None,
+        local: ResponseStore | None = None,
+        session_id: str | None = None,
+        warm_next_turn: bool = False,
+    ) -> PreparedResponse:
+        """Everything that can fail before the first event (`begin`, then `build_prompt`).
+        Raises RealtimeError.
+
+        `session_id` is the socket's cache session; `warm_next_turn` warms the next
+        turn's prefix after this answer (speculative prefill) whatever the request
+        says; a request asks for it itself with `nvext.agent_hints.speculative_prefill`."""
+        prepared = await self.begin(
+            request,
+            stream=stream,
+            owner=owner,
+            local=local,
+            session_id=session_id,
+            warm_next_turn=warm_next_turn,
+        )
+        await self.build_prompt(prepared, stream=stream)
+        return prepared
+
+    async def begin(
+        self,
+        request: ResponsesRequest,
+        *,
+        stream: bool,
+        owner: str | None,
+        local: ResponseStore | None = None,
+        session_id: str | None = None,
+        warm_next_turn: bool = False,
+        size: int = 0,
+    ) -> PreparedResponse:
+        """The response planned from its stored history (read here, awaited) and its
+        input: the chat request, the event builder, where it is kept. `size`: the
+        characters of the frame it came in. Raises RealtimeError."""
+        history = await self._history(request.previous_response_id, owner, local)
+        plan = self.plan(request, history, stream=stream, warm_next_turn=warm_next_turn)
+        if history:  # a long conversation is prepared off the event loop (`prepare_chat`)
+            size += len(orjson.dumps(history))
+        keep = self.store if request.stores else local
+        return PreparedResponse(
+            request, plan.generation, plan.events, keep, owner, plan.generate, session_id, size
+        )
+
+    async def build_prompt(self, prepared: PreparedResponse, *, stream: bool) -> PreparedChat:
+        """`ChatPipeline.prepare` of the response's request (off the event loop when it
+        is large), then its grammar's compile; errors name the Responses fields."""
+        chat = prepared.chat = await prepare_chat(
+            self.pipeline,
+            prepared.generation,
+            stream=stream,
+            session_id=prepared.session_id,
+            size=prepared.size,
+            request_id=prepared.id,
+        )
+        await self.pipeline.constrain(chat)
+        return chat
+
+    def plan(
+        self,
+        request: ResponsesRequest,
+        history: list[dict[str, Any]],
+        *,
+        stream: bool,
+        warm_next_turn: bool = False,
+    ) -> ResponsePlan:
+        """The neutral request that generates the response and its event builder, without
+        I/O (`begin` calls it with the history it read; the pipeline prepares it)."""
+        generate = getattr(request, "generate", None) is not False
+        generation = responses_generation(
+            request, history, generate=generate, warm_next_turn=warm_next_turn
+        )
+        tokenizer = self.pipeline.engine.info.tokenizer
+        response = new_response(
+            request, response_id=ids.response_id(), model=self.pipeline.model_name
+        )
+        events = ResponseEvents(
+            response,
+            logprobs=request.wants_logprobs,
+            count_tokens=lambda text: len(tokenizer.encode(text)),
+        )
+        return ResponsePlan(generation, events, generate)
+
+    async def events(
+        self,
+        prepared: PreparedResponse,
+        *,
+        on_step: Callable[[Step | Finish], None] | None = None,
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """Every event of the response, the terminal one last. Closing this generator
+        early closes the pipeline's and with it the engine's (a cancel). The prompt is
+        built here if `prepare` did not build it: after `response.created`, so that its
+        errors end the response `response.failed`."""
+        events = prepared.events
+        for event in events.start():
+            yield event
+        finish: Finish | None = None
+        try:
+            chat = prepared.chat
+            if chat is None:
+                chat = await self.build_prompt(prepared, stream=True)
+            async with aclosing(self.pipeline.events(chat)) as steps:
+                async for step in steps:
+                    if on_step is not None:
+                        on_step(step)
+                    if type(step) is not Step:
+                        assert isinstance(step, Finish)
+                        finish = step
+                    elif prepared.generate:  # a warm-up: the prefill is the point
+                        for event in events.step(step):
+                            yield event
+        except RealtimeError as exc:
+            terminal = events.fail(exc, prepared.tokens())
+        else:
+            # A warm-up's one token is not an answer: it is complete, never cut off.
+            reason = finish.reason if finish is not None and prepared.generate else None
+            terminal = events.finish(reason, prepared.tokens())
+        # Stored before the terminal event, so a continuation sent the moment it
+        # arrives finds it (the SQLite store returns at once and writes on its thread).
+        await self._keep(prepared)
+        for event in terminal:
+            yield event
+
+    async def complete(
+        self,
+        prepared: PreparedResponse,
+        *,
+        on_step: Callable[[Step | Finish], None] | None = None,
+    ) -> dict[str, Any]:
+        """The final Response. A failed one raises its error (it is stored as failed)."""
+        async with aclosing(self.events(prepared, on_step=on_step)) as events:
+            async for _ in events:
+                pass
+        if prepared.events.error is not None:
+            raise prepared.events.error
+        return prepared.events.response
+
+    async def _keep(self, prepared: PreparedResponse) -> None:
+        if prepared.store is None:
+            return
+        request = prepared.request
+        response = prepared.events.response
+        await prepared.store.put(
+            StoredResponse(
+                id=response["id"],
+                owner=prepared.owner,
+                created_at=float(response["created_at"]),
+                previous_response_id=request.previous_response_id,
+                response=response,
+                input_items=request.items,
+            )
+        )
+
+    async def _history(
+        self, previous_id: str | None, owner: str | None, local: ResponseStore | None
+    ) -> list[dict[str, Any]]:
+        """The items of every response along the chain, oldest first (none without one)."""
+        if previous_id is None:
+            return []
+        walk = _ChainWalk(previous_id, self.max_chain)
+        stores = [local, self.store] if local is not None else [self.store]
+        while walk.next_id is not None:
+            for store in stores:
+                if walk.add(await store.chain(walk.next_id, owner, walk.room)):
+                    break
+            else:
+                raise PreviousResponseNotFoundError(previous_id, walk.next_id)
+        return walk.items()
+
+    # --- stored responses ---
+
+    async def _find(
+        self, response_id: str, owner: str | None, local: ResponseStore | None
+    ) -> tuple[StoredResponse, ResponseStore]:
+        for store in (local, self.store):
+            if store is not None:
+                record = await store.get(response_id, owner)
+                if record is not None:
+                    return record, store
+        raise ResponseNotFoundError(response_id)
+
+    async def retrieve(
+        self, response_id: str, owner: str | None, local: ResponseStore | None = None
+    ) -> dict[str, Any]:
+        record, _ = await self._find(response_id, owner, local)
+        return record.response
+
+    async def input_items(
+        self,
+        response_id: str,
+        owner: str | None,
+        *,
+        after: str | None = None,
+        limit: int = DEFAULT_LIST_LIMIT,
+        order: str = "desc",
+        local: ResponseStore | None = None,
+    ) -> dict[str, Any]:
+        """A page of the response's input items (OpenAI's list object, newest first by
+        default). `after` is the id of the last item of the previous page."""
+        record, _ = await self._find(response_id, owner, local)
+        items = list(record.input_items)
+        if order == "desc":
+            items.reverse()
+        if after is not None:
+            positions = [i for i, item in enumerate(items) if item.get("id") == after]
+            if not positions:
+                raise InvalidRequestError(
+                    f"after: no input item with id '{after}' in response '{response_id}'",
+                    param="after",
+                )
+            items = items[positions[0] + 1 :]
+        page = items[:limit]
+        return {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(items) > limit,
+        }
+
+    async def delete(
+        self, response_id: str, owner: str | None, local: ResponseStore | None = None
+    ) -> dict[str, Any]:
+        _, store = await self._find(response_id, owner, local)
+        if not await store.delete(response_id, owner):
+            raise ResponseNotFoundError(response_id)
+        return {"id": response_id, "object": "response", "deleted": True}
+
+    async def cancel(
+        self, response_id: str, owner: str | None, local: ResponseStore | None = None
+    ) -> dict[str, Any]:
+        """Only background responses can be cancelled (OpenAI); this server has none."""
+        await self._find(response_id, owner, local)
+        raise NotCancellableError(response_id)
+
+    async def aclose(self) -> None:
+        await self.store.close()
+
+
+class _ChainWalk:
+    """Records gathered from `previous_response_id` backwards, across stores."""
+
+    def __init__(self, previous_id: str, max_chain: int) -> None:
+        self.previous_id = previous_id
+        self.max_chain = max_chain
+        self.records: list[StoredResponse] = []
+        self.next_id: str | None = previous_id
+
+    @property
+    def room(self) -> int:
+        return self.max_chain - len(self.records)
+
+    def add(self, chain: Chain) -> bool:
+        """Take what one store found; False when it had nothing of the chain."""
+        if chain.truncated or len(self.records) + len(chain.records) >= self.max_chain:
+            raise InvalidRequestError(
+                f"the conversation before '{self.previous_id}' is longer than"
+                f" {self.max_chain} responses",
+                param="previous_response_id",
+            )
+        if not chain.records:
+            return False
+        self.records += chain.records
+        self.next_id = chain.missing
+        return True
+
+    def items(self) -> list[dict[str, Any]]:
+        """Each response's input items, then its output, oldest first."""
+        items: list[dict[str, Any]] = []
+        for record in reversed(self.records):
+            items += record.input_items
+            items += record.response.get("output") or []
+        return items

@@ -1,0 +1,105 @@
+"""One `response.create` of a WebSocket-mode socket, as a session job: HTTP's run, framed.
+
+`prepare` reads the response's stored history (`ResponsesService.begin`: the
+socket's own `store: false` responses, then the server's store, awaited) before
+anything is sent, so a `previous_response_id` that is not found is answered with
+an `error` event, as a create that could not be parsed is. `output` is the run
+HTTP streams too (`ResponsesService.events`: `response.created`, the prompt, the
+events, the response stored, then its terminal event); a response that failed
+ends with `response.failed` there, then raises its error, so the session counts
+it as failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import Any
+
+from realtime.dialects.responses.events import ResponseEvents
+from realtime.dialects.responses.request import ResponseCreateEvent
+from realtime.dialects.responses.service import PreparedResponse, ResponsesService
+from realtime.pipeline.events import Usage
+from realtime.session.job import Observe, Timer
+from realtime.store.base import ResponseStore
+
+#: The events that end a response (each run sends exactly one, last).
+TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+class ResponseJob:
+    """A socket's response: `started` once `response.created` was yielded, `ended` once
+    its terminal event was (the dialect renders what a cancel or a failure adds)."""
+
+    output_kind = "chunk"
+
+    def __init__(
+        self,
+        service: ResponsesService,
+        event: ResponseCreateEvent,
+        *,
+        owner: str | None,
+        local: ResponseStore,
+        session_id: str,
+        size: int,
+    ) -> None:
+        self.service = service
+        self.event = event
+        self.owner = owner
+        self.local = local
+        self.session_id = session_id
+        self.size = size
+        self.prepared: PreparedResponse | None = None
+        self.started = False
+        self.ended = False
+        #: Shown each pipeline step under the events (the request's latency timer).
+        self._on_step: Observe | None = None
+
+    async def prepare(self) -> None:
+        self.prepared = await self.service.begin(
+            self.event,
+            stream=True,
+            owner=self.owner,
+            local=self.local,
+            session_id=self.session_id,
+            size=self.size,
+        )
+
+    def observer(self, timer: Timer) -> Observe:
+        """The run shows `timer` the pipeline's steps; the events themselves are not tokens."""
+        self._on_step = timer.step
+        return _ignore
+
+    async def output(self) -> AsyncGenerator[dict[str, Any], None]:
+        prepared = self.prepared
+        assert prepared is not None, "output() before prepare()"
+        run = self.service.events(prepared, on_step=self._on_step)
+        async with aclosing(run) as events:
+            async for event in events:
+                self.started = True
+                if event["type"] in TERMINAL_EVENTS:
+                    self.ended = True
+                yield event
+        if prepared.events.error is not None:
+            raise prepared.events.error  # its `response.failed` went out above
+
+    @property
+    def events(self) -> ResponseEvents | None:
+        """The response's event builder (None before `prepare`)."""
+        return self.prepared.events if self.prepared is not None else None
+
+    def usage(self) -> dict[str, Any] | None:
+        return self.prepared.usage() if self.prepared is not None else None
+
+    def tokens(self) -> Usage | None:
+        """The response's tokens so far, typed (None before its prompt was built)."""
+        return self.prepared.tokens() if self.prepared is not None else None
+
+    @property
+    def answer_id(self) -> str | None:
+        """The response's id (`resp_...`: what the client was given)."""
+        return self.prepared.id if self.prepared is not None else None
+
+
+def _ignore(event: Any) -> None:
+    return None

@@ -1,9 +1,0 @@
-"""The OpenAI Realtime event protocol in text mode: a second dialect of /v1/realtime.
-
-A socket speaks it when its handshake URL carries a `model` query parameter (the
-`openai` SDK's `client.realtime.connect(model=...)` always sends one); without
-one the socket speaks the chat frames of `realtime.protocol.frames`. Everything
-here but the dialect module itself is pure: event models, the session's
-configuration and conversation, the chat request built from them, and the
-server events rendered from the pipeline's chunks.
-"""
