@@ -33,7 +33,9 @@ from realtime.dialects.responses.dialect import SocketLimits
 from realtime.dialects.responses.selector import responses_mode
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
-from realtime.engine.registry import build_engine, resolve_engine
+from realtime.engine.process.proxy import EngineProxy
+from realtime.engine.process.spec import SINGLE_PROCESS_ONLY, EngineSpec, runs_in_process
+from realtime.engine.registry import EngineSource, build_engine, resolve_engine
 from realtime.engine.snapshot import ReportsSnapshot
 from realtime.http.chat_completions import chat_completions
 from realtime.http.completions import completions
@@ -64,9 +66,8 @@ from realtime.ws.hub import SessionHub
 log = logging.getLogger("realtime")
 
 
-def engine_from_config(config: ServerConfig) -> Engine:
-    """Build (not start) the configured engine; ValueError/ImportError say what is wrong
-    (`EngineLoadError`, a ValueError, for engines from outside the package)."""
+def _engine_options(config: ServerConfig) -> tuple[EngineSource, dict[str, Any]]:
+    """The engine the config names (`auto` chosen here) and its factory's keywords."""
     name = config.engine
     if name == "auto":
         name, reason = choose_engine()
@@ -86,6 +87,33 @@ def engine_from_config(config: ServerConfig) -> Engine:
         if config.chat_template:
             options["chat_template"] = config.chat_template
     options.update(config.engine_options)
+    return source, options
+
+
+def engine_process_spec(config: ServerConfig) -> EngineSpec | None:
+    """What the engine process builds, or None when the engine runs in the server's
+    process (`--engine-process`); ValueError for a combination that cannot be."""
+    source, options = _engine_options(config)
+    if not runs_in_process(source.name, config.engine_process):
+        if config.api_servers > 1 and source.name not in SINGLE_PROCESS_ONLY:
+            raise ValueError(
+                "--api-servers above 1 needs the engine in a process of its own"
+                " (or the echo or scripted engine, which each front end runs itself)"
+            )
+        return None
+    return EngineSpec(source.name, options, log_level=config.log_level)
+
+
+def engine_from_config(config: ServerConfig, *, engine_address: str | None = None) -> Engine:
+    """Build (not start) the configured engine; ValueError/ImportError say what is wrong
+    (`EngineLoadError`, a ValueError, for engines from outside the package).
+
+    With the engine in a process of its own (`--engine-process`) this is the proxy
+    that starts that process, or with `engine_address` attaches to one running."""
+    spec = engine_process_spec(config)
+    if spec is not None:
+        return EngineProxy(spec, address=engine_address)
+    source, options = _engine_options(config)
     return build_engine(source, **options)
 
 
@@ -205,11 +233,13 @@ def build_app(
     engine: Engine | None = None,
     *,
     protocols: Sequence[SocketProtocol] = SOCKET_PROTOCOLS,
+    metrics: Metrics | None = None,
 ) -> Starlette:
     """The whole server as one ASGI app. Pass `engine` to serve one you built yourself,
-    `protocols` to speak other socket protocols than `SOCKET_PROTOCOLS`."""
+    `protocols` to speak other socket protocols than `SOCKET_PROTOCOLS`, and `metrics`
+    (a front end of several: its `FleetMetrics`)."""
     engine = engine if engine is not None else engine_from_config(config)
-    metrics = Metrics()
+    metrics = metrics if metrics is not None else Metrics()
     # vLLM's metric names, for routers and autoscalers; the engine's state is read
     # through its snapshot() at scrape time.
     vllm = VllmMetrics(
@@ -244,7 +274,8 @@ def build_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await engine.start()
-        log.info("serving model %r on engine %s", engine.info.name, type(engine).__name__)
+        label = getattr(engine, "label", type(engine).__name__)  # a proxy names what it runs
+        log.info("serving model %r on engine %s", engine.info.name, label)
         try:
             yield
         finally:

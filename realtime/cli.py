@@ -145,9 +145,16 @@ def engine_preflight(engine: str) -> str | None:
 def serve(config: ServerConfig, engine_choice: str | None = None) -> int:
     """Run the server until it is stopped; `engine_choice`: why `--engine auto` chose
     the engine, logged first."""
-    from realtime.app import build_app, engine_from_config
+    from realtime.app import build_app, engine_from_config, engine_process_spec
+    from realtime.engine.process.launcher import EngineProcess, EngineStartError
     from realtime.observability.logs import configure_logging
-    from realtime.server import RealtimeServer, listening_sockets, tune_gc, uvicorn_config
+    from realtime.server import (
+        EXIT_ENGINE_DIED,
+        RealtimeServer,
+        listening_sockets,
+        tune_gc,
+        uvicorn_config,
+    )
 
     configure_logging(config.log_level, config.log_format, config.api_keys)
     if engine_choice is not None:
@@ -168,20 +175,42 @@ def serve(config: ServerConfig, engine_choice: str | None = None) -> int:
     except OSError as exc:
         print(f"realtime: cannot listen on {_address(config)}: {_reason(exc)}", file=sys.stderr)
         return EXIT_CANNOT_LISTEN
+    engine_process: EngineProcess | None = None
     try:
-        engine = engine_from_config(config)
+        # The engine process first: its model loads before anything is served, and a
+        # model that cannot load is one line and exit 2, as in-process.
+        spec = engine_process_spec(config)
+        if spec is not None:
+            engine_process = EngineProcess(spec)
+            engine_process.spawn()  # it loads the model while this process builds the app
+        address = engine_process.address if engine_process is not None else None
+        engine = engine_from_config(config, engine_address=address)
     except (ValueError, ImportError) as exc:
         for sock in sockets:
             sock.close()
+        if engine_process is not None:
+            engine_process.stop_sync()
         print(f"realtime: cannot start engine {config.engine!r}: {exc}", file=sys.stderr)
         return 2
+    app = None
     try:  # the rest (parsers, the response store) is not the engine's fault
-        app = build_app(config, engine)
+        # Several front ends build their own apps; this process only supervises them.
+        app = build_app(config, engine) if config.api_servers == 1 else None
     except ValueError as exc:
         for sock in sockets:
             sock.close()
+        if engine_process is not None:
+            engine_process.stop_sync()
         print(f"realtime: cannot start: {exc}", file=sys.stderr)
         return 2
+    if engine_process is not None:
+        try:
+            engine_process.wait_ready()
+        except EngineStartError as exc:
+            for sock in sockets:
+                sock.close()
+            print(f"realtime: cannot start engine {config.engine!r}: {exc}", file=sys.stderr)
+            return 2
 
     def announce(port: int | None) -> None:
         # Printed once listening, so it names the port actually bound (0 = any free).
@@ -192,12 +221,21 @@ def serve(config: ServerConfig, engine_choice: str | None = None) -> int:
             flush=True,
         )
 
+    if config.api_servers > 1:
+        from realtime.front_ends import serve_front_ends
+
+        return serve_front_ends(config, sockets, engine_process, announce)
+    assert app is not None
     server = RealtimeServer(
         uvicorn_config(config, app), app, config.shutdown_grace_seconds, on_listening=announce
     )
     tune_gc(config.gc_threshold)
-    server.run(sockets=sockets)
-    return 0
+    try:
+        server.run(sockets=sockets)
+    finally:
+        if engine_process is not None:
+            engine_process.stop_sync()
+    return EXIT_ENGINE_DIED if server.engine_died else 0
 
 
 #: `realtime serve`'s exit status when it cannot listen on --host/--port (documented in

@@ -48,6 +48,9 @@ from realtime.ws.transport import RealtimeWebSocketProtocol
 
 log = logging.getLogger("realtime")
 
+#: `realtime serve`'s exit status after its engine process died.
+EXIT_ENGINE_DIED = 5
+
 #: uvicorn's last wait after our own drain: only stragglers are left by then.
 _UVICORN_FINAL_SECONDS = 2
 
@@ -102,11 +105,34 @@ class RealtimeServer(uvicorn.Server):
         app: Starlette,
         grace_seconds: float,
         on_listening: Callable[[int | None], None] | None = None,
+        *,
+        engine_death_level: int = logging.ERROR,
     ):
         super().__init__(config)
+        self._engine_death_level = engine_death_level
         self._app = app
         self._grace = grace_seconds
         self._on_listening = on_listening
+        #: Why the engine process died, when it did: the server then exits non-zero.
+        self.engine_died: str | None = None
+        pipeline = getattr(app.state, "pipeline", None)
+        on_death = getattr(getattr(pipeline, "engine", None), "on_death", None)
+        if callable(on_death):
+            on_death(self._engine_died)
+
+    def _engine_died(self, reason: str) -> None:
+        """The engine process is gone: its requests have their errors already (503
+        `engine_unavailable`, retryable) and /ready says false; drain and exit non-zero,
+        leaving the restart to the process manager."""
+        self.engine_died = reason
+        log.log(
+            self._engine_death_level,
+            "%s: every request in flight was answered engine_unavailable; the server exits"
+            " with status %d so its process manager can restart it",
+            reason,
+            EXIT_ENGINE_DIED,
+        )
+        self.should_exit = True
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)

@@ -33,7 +33,7 @@ from realtime.server import RealtimeServer, ServerThread, loopback_socket, uvico
 
 #: The tiny random-weight model (`tiny_model_dir`, `tiny_model_factory`) for every test,
 #: and tokenizers bound to the grammar engine (`binding`, `compiler`, `marker_*`).
-pytest_plugins = ["tests.model_fixtures", "tests.grammar_fixtures"]
+pytest_plugins = ["tests.model_fixtures", "tests.grammar_fixtures", "tests.engine.process_fixtures"]
 
 
 @dataclass
@@ -83,7 +83,7 @@ def start_server(
     server = RealtimeServer(uvicorn_config(config, app), app, config.shutdown_grace_seconds)
     runner = ServerThread(server, sock)
     server.config.port = runner.port
-    runner.start()
+    runner.start(timeout=120)  # an engine process loads its model meanwhile
     return RunningServer(
         engine, config, runner.port, app, server, runner.thread, runner.loop, runner
     )

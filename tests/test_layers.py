@@ -66,6 +66,8 @@ LAYERS: list[set[str]] = [
     {"app"},
     # running it: uvicorn with a draining shutdown; the generated documents
     {"server", "docgen"},
+    # several front ends on one engine process (--api-servers)
+    {"front_ends"},
     # the library API: serve an engine object (create_app, serve)
     {"api"},
     # the command line, and `python -m realtime`

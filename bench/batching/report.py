@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.batching.scenario import OURS, VLLM, table
+from bench.batching.scenario import ONE_PROCESS, OURS, VLLM, table
 from bench.report import fmt
 from bench.results import ScenarioResult
 
@@ -48,14 +48,22 @@ def write_markdown(
 
     lines += [
         line("realtime, tokens/s", f"{OURS} tokens/s"),
+        line("realtime one process, tokens/s", f"{ONE_PROCESS} tokens/s"),
         line("vLLM, tokens/s", f"{VLLM} tokens/s"),
         line("realtime / vLLM", "ratio"),
         pair("realtime, TTFT p50 / p99 (ms)", OURS),
+        pair("realtime one process, TTFT p50 / p99 (ms)", ONE_PROCESS),
         pair("vLLM, TTFT p50 / p99 (ms)", VLLM),
         line("realtime, server CPU per token (us)", f"{OURS} server CPU per token"),
+        line(
+            "realtime one process, server CPU per token (us)", f"{ONE_PROCESS} server CPU per token"
+        ),
         line("vLLM, server CPU per token (us)", f"{VLLM} server CPU per token"),
         "",
-        "## Goals (issue 18)",
+        "`realtime` runs the engine in a process of its own (the cpu engine's default);"
+        " `realtime one process` is the same server with `--engine-process off`.",
+        "",
+        "## Goals (issue 28)",
         "",
         "| goal | target | measured | result |",
         "| --- | --- | --- | --- |",

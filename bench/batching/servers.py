@@ -51,14 +51,17 @@ def tree_cpu_seconds(root: int) -> float:
     return total
 
 
-def start_realtime(model_dir: Path, scratch: Path, *, threads: int) -> ServerProcess:
+def start_realtime(
+    model_dir: Path, scratch: Path, *, threads: int, engine_process: str = "auto"
+) -> ServerProcess:
+    """Ours; `engine_process` "off" runs the engine on a thread of the server's process."""
     argv = [
         "-m", "realtime", "serve", "--host", "127.0.0.1", "--port", "0",
         "--engine", "cpu", "--model", str(model_dir), "--model-name", MODEL_NAME,
         "--threads", str(threads), "--log-level", "warning", "--shutdown-grace", "2",
-        "--no-ui",
+        "--no-ui", "--engine-process", engine_process,
     ]  # fmt: skip
-    return start_server("realtime-cpu", argv, scratch, timeout=180.0)
+    return start_server(f"realtime-cpu-{engine_process}", argv, scratch, timeout=180.0)
 
 
 def vllm_python(venv: Path) -> Path | None:

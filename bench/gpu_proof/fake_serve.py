@@ -7,6 +7,7 @@ The dry run's server: the real command line (`realtime.cli.main`), with
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +41,15 @@ def install(model_dir: str | Path) -> fake_exllamav2.FakeState:
     return state
 
 
+#: The model directory, for the engine process's preload hook.
+_MODEL_VARIABLE = "GPU_PROOF_FAKE_MODEL"
+
+
+def install_in_engine_process() -> None:
+    """The engine process's preload hook: the same fake, in the process that runs it."""
+    install(os.environ[_MODEL_VARIABLE])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     model = args[args.index("--model") + 1] if "--model" in args else None
@@ -47,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         print("fake_serve: --model DIR is required", file=sys.stderr)
         return 2
     install(model)
+    # The engine runs in a process of its own (--engine-process): the fake goes there too.
+    from realtime.engine.process.main import PRELOAD_VARIABLE
+
+    os.environ[_MODEL_VARIABLE] = str(model)
+    os.environ[PRELOAD_VARIABLE] = "bench.gpu_proof.fake_serve:install_in_engine_process"
     from realtime.cli import main as cli_main
 
     return cli_main(args)

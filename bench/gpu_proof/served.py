@@ -290,9 +290,7 @@ async def structured(client: ServedClient, samples: int) -> dict[str, Any]:
             body.pop("ignore_eos")
             # The built model's template thinks unless told not to, and a random model may
             # think until max_tokens: the answer alone is what is checked here.
-            body.update(
-                temperature=1.0, seed=seed, chat_template_kwargs={"enable_thinking": False}
-            )
+            body.update(temperature=1.0, seed=seed, chat_template_kwargs={"enable_thinking": False})
             if kind == "json_schema":
                 body["response_format"] = {
                     "type": "json_schema",

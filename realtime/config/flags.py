@@ -160,6 +160,23 @@ FLAGS: tuple[Flag, ...] = (
         kind="repeat",
     ),
     Flag(
+        "--engine-process",
+        "server",
+        "run the engine in a process of its own (default %(default)s: on for the cpu and"
+        " exllamav2 engines, off for echo, scripted and plug-ins; echo and scripted are"
+        " always off)",
+        field="engine_process",
+        choices=("auto", "on", "off"),
+    ),
+    Flag(
+        "--api-servers",
+        "server",
+        "front-end processes sharing the port and one engine process (default"
+        " %(default)s; more than 1 needs the engine in its own process)",
+        field="api_servers",
+        value=Integer(1, 64),
+    ),
+    Flag(
         "--model-name",
         "server",
         "the name clients send as `model` (default: the engine's model name)",

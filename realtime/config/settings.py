@@ -40,6 +40,10 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     engine: str = "echo"
+    #: "auto" (the cpu and exllamav2 engines in a process of their own), "on" or "off".
+    engine_process: str = "auto"
+    #: Front-end processes (HTTP and WebSocket) sharing the port and one engine process.
+    api_servers: int = 1
     model_name: str | None = None
     echo_delay: float = 0.0
     model_dir: str | None = None

@@ -233,7 +233,7 @@ class CompiledConstraint:
     the compiler's cache has evicted since).
     """
 
-    __slots__ = ("_banned", "_prototype", "binding", "description", "param")
+    __slots__ = ("_banned", "_prototype", "binding", "description", "param", "spec")
 
     def __init__(
         self,
@@ -243,6 +243,7 @@ class CompiledConstraint:
         param: str,
         prototype: LLMatcher | None = None,
         banned: frozenset[int] | None = None,
+        spec: Constraint | None = None,
     ) -> None:
         if (prototype is None) == (banned is None):
             raise ValueError("a compiled constraint is a grammar or a set of banned ids")
@@ -252,6 +253,9 @@ class CompiledConstraint:
         self.param = param
         self._prototype = prototype
         self._banned = banned
+        #: What it was compiled from: plain data, so the constraint can cross to an engine
+        #: in another process, which compiles it again there (its own cache).
+        self.spec = spec
 
     @property
     def ends_answer(self) -> bool:
@@ -307,6 +311,7 @@ class ConstraintCompiler:
                 description=constraint.description,
                 param=constraint.param,
                 banned=constraint.token_ids,
+                spec=constraint,
             )
         key = (constraint.grammar, constraint.limits)
         with self._lock:
@@ -326,7 +331,11 @@ class ConstraintCompiler:
 
     def _grammar(self, spec: GrammarSpec, prototype: LLMatcher) -> CompiledConstraint:
         return CompiledConstraint(
-            self.binding, description=spec.description, param=spec.param, prototype=prototype
+            self.binding,
+            description=spec.description,
+            param=spec.param,
+            prototype=prototype,
+            spec=spec,
         )
 
     def _prototype(self, spec: GrammarSpec) -> LLMatcher:

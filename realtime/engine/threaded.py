@@ -145,6 +145,20 @@ class ThreadedEngineCore:
         self._adds_sent = 0
         self._adds_taken = 0
 
+    @property
+    def backend_factory(self) -> Callable[[], StepBackend]:
+        """What builds the backend, on the thread that will own it: this core's thread,
+        or the main thread of an engine process (`realtime.engine.process`)."""
+        return self._factory
+
+    @property
+    def merge_backlog(self) -> bool:
+        return self._merge_backlog
+
+    @property
+    def output_limit(self) -> int:
+        return self._output_limit
+
     # --- lifecycle (event loop side) ---
 
     async def start(self) -> None:

@@ -230,7 +230,7 @@ class RequestTimer:
         """A pipeline event (`realtime.pipeline.events`): a `Step` with visible text or
         any parsed output (what its chunks would carry) is a token; a `Finish` is not.
         The socket's per-token path: the same update as `chunk`, inline too."""
-        if not (getattr(step, "text", None) or getattr(step, "events", None)):
+        if not (step.text or step.events):  # a `Finish` has neither
             return
         now = perf_counter()
         last = self._last

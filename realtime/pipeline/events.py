@@ -11,7 +11,7 @@ engine step, so the per-token path stays as lean as building the chunk itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from realtime.model.generation import FinishReason
 from realtime.protocol.output import OutputEvent
@@ -64,6 +64,10 @@ class Finish:
 
     reason: FinishReason
     usage: Usage
+    #: A finish carries no output: read like a `Step`'s, so a consumer that looks at
+    #: either (the latency timer, once per token) needs no type test.
+    text: ClassVar[str] = ""
+    events: ClassVar[None] = None
 
 
 #: What the pipeline's `events()` yields: steps, then exactly one finish.

@@ -1493,3 +1493,23 @@ def install(
     monkeypatch.setattr(dynamic, "_tensor_hash_checksum", _tensor_blake2b_checksum)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     return state
+
+
+def chatty_logits(sequence: list[int], prompt_length: int) -> list[float]:
+    """Sure of every next token, printable ASCII (never held back), never EOS by itself,
+    over the vocabulary of the model the fake loaded last."""
+    size = state.generators[-1].model.config.vocab_size if state.generators else 512
+    out = [0.0] * size
+    out[33 + len(sequence) % 90] = 10.0
+    return out
+
+
+def install_chatty() -> None:
+    """An engine process's preload hook (`EngineSpec.preload`): serve the fake, chatty."""
+    install()
+    state.logits_fn = chatty_logits
+
+
+def forwards() -> list[tuple[str, Any, int]]:
+    """Every forward pass so far (a probe the tests call inside the engine process)."""
+    return list(state.forwards)

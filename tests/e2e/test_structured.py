@@ -23,6 +23,7 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from realtime.config import ServerConfig
 from tests.conftest import RunningServer, start_server
+from tests.served_engines import ENGINE_PROCESS, IN_PROCESS, cpu_engine
 
 pytestmark = pytest.mark.anyio
 pytest_plugins = ["tests.model_fixtures"]
@@ -82,14 +83,13 @@ def random_model(size: int) -> Any:
     return logits
 
 
-@pytest.fixture(scope="module", params=["cpu", "exllamav2"])
+@pytest.fixture(scope="module", params=["cpu", "cpu-engine-process", "exllamav2"])
 def served(request: pytest.FixtureRequest, tiny_model_dir: Path) -> Iterator[RunningServer]:
     patch = pytest.MonkeyPatch()
     engine: Any
-    if request.param == "cpu":
-        from realtime.engine.cpu.engine import CpuEngine
-
-        engine = CpuEngine(tiny_model_dir, model_name=MODEL)
+    if request.param.startswith("cpu"):
+        mode = ENGINE_PROCESS if request.param == "cpu-engine-process" else IN_PROCESS
+        engine = cpu_engine(tiny_model_dir, mode, model_name=MODEL)
     else:
         from realtime.engine.exllamav2.engine import ExLlamaV2Engine
         from realtime.testing import fake_exllamav2 as fake

@@ -1,11 +1,14 @@
 """Hostile schemas through a real server: refused before the answer, or served within
 the grammar limits; never a 500, never an engine error in the middle of an answer.
 
-The cpu engine with the tiny random-weight model, the `openai` SDK and raw HTTP,
-and `websockets` on /v1/realtime. Each schema family here got a 200 and then a
-500 `engine_error` mid-answer before issue 27 (a `$ref` recursion through a
-required property; an enum of 3,000 objects; an `anyOf` of 400 objects; 1,500
-optional properties), in `response_format` and in tool parameters alike.
+The cpu engine with the tiny random-weight model (in the server's process and in an
+engine process of its own), raw HTTP, the `openai` SDK on the Realtime events, and
+`websockets` for chat frames on /v1/realtime. Every surface that takes a schema:
+chat completions, the Responses API, Realtime events, WebSocket chat frames. Each
+schema family here got a 200 and then a 500 `engine_error` mid-answer before issue
+27 (a `$ref` recursion through a required property; an enum of 3,000 objects; an
+`anyOf` of 400 objects; 1,500 optional properties), in `response_format` and in
+tool parameters alike.
 """
 
 from __future__ import annotations
@@ -17,17 +20,17 @@ from typing import Any
 
 import httpx
 import jsonschema
+import openai
 import pytest
 from websockets.asyncio.client import connect
 
 from realtime.config import ServerConfig
 from tests.conftest import RunningServer, start_server
+from tests.served_engines import CPU_MODES, IN_PROCESS, cpu_engine
 
 pytest_plugins = ["tests.model_fixtures"]
 
 torch = pytest.importorskip("torch")
-
-from realtime.engine.cpu.engine import CpuEngine  # noqa: E402
 
 MODEL = "tiny"
 NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
@@ -121,8 +124,8 @@ def ask(**extra: Any) -> dict[str, Any]:
     }
 
 
-def _serve(tiny_model_dir: Path, **config: Any) -> Iterator[RunningServer]:
-    engine = CpuEngine(tiny_model_dir, model_name=MODEL)
+def _serve(tiny_model_dir: Path, mode: str = IN_PROCESS, **config: Any) -> Iterator[RunningServer]:
+    engine = cpu_engine(tiny_model_dir, mode, model_name=MODEL)
     running = start_server(
         ServerConfig(log_level="warning", tool_parser="hermes", **config),
         engine,  # type: ignore[arg-type]
@@ -133,17 +136,17 @@ def _serve(tiny_model_dir: Path, **config: Any) -> Iterator[RunningServer]:
         running.stop()
 
 
-@pytest.fixture(scope="module")
-def served(tiny_model_dir: Path) -> Iterator[RunningServer]:
-    yield from _serve(tiny_model_dir)
+@pytest.fixture(scope="module", params=CPU_MODES)
+def served(request: pytest.FixtureRequest, tiny_model_dir: Path) -> Iterator[RunningServer]:
+    yield from _serve(tiny_model_dir, request.param)
 
 
-@pytest.fixture(scope="module")
-def narrow(tiny_model_dir: Path) -> Iterator[RunningServer]:
+@pytest.fixture(scope="module", params=CPU_MODES)
+def narrow(request: pytest.FixtureRequest, tiny_model_dir: Path) -> Iterator[RunningServer]:
     """A row limit an object of 1,500 optional properties exceeds at its first `{`, and a
     tool whose argument is one of 300 objects exceeds too (a schema small enough to fit
     the tiny model's prompt, which shows the tools)."""
-    yield from _serve(tiny_model_dir, grammar_row_items=200)
+    yield from _serve(tiny_model_dir, request.param, grammar_row_items=200)
 
 
 def post(server: RunningServer, body: dict[str, Any]) -> httpx.Response:
@@ -290,6 +293,93 @@ async def test_on_the_socket_a_hostile_schema_is_an_error_frame_and_the_socket_c
             if frame.get("request_id") == "ok" and frame.get("type") in ("response.done", "error"):
                 break
         assert frame["type"] == "response.done", frame
+
+
+# --- the Responses API and the Realtime events ----------------------------------------
+
+
+def responses_body(**extra: Any) -> dict[str, Any]:
+    return {"model": MODEL, "input": "Answer.", "max_output_tokens": 64, **extra}
+
+
+def responses_format(schema: Any) -> dict[str, Any]:
+    return {"format": {"type": "json_schema", "name": "h", "schema": schema}}
+
+
+def responses_tools(schema: Any) -> list[dict[str, Any]]:
+    return [{"type": "function", "name": "t", "parameters": schema}]
+
+
+def post_responses(server: RunningServer, body: dict[str, Any]) -> list[httpx.Response]:
+    """The answer to `body`, plain and streamed (the streamed one read whole)."""
+    url = server.http_url + "/v1/responses"
+    return [httpx.post(url, json={**body, "stream": s}, timeout=120) for s in (False, True)]
+
+
+def test_responses_refuse_a_hostile_text_format_before_the_answer(served: RunningServer) -> None:
+    for schema in ENDLESS.values():
+        for response in post_responses(served, responses_body(text=responses_format(schema))):
+            assert_refused(response, "text.format", "finite")
+
+
+def test_responses_refuse_hostile_tools_under_tool_choice_required(served: RunningServer) -> None:
+    for schema in ENDLESS_TOOLS.values():
+        body = responses_body(tools=responses_tools(schema), tool_choice="required")
+        for response in post_responses(served, body):
+            assert_refused(response, "tools", "finite")
+
+
+def test_responses_name_the_flag_of_the_limit_the_first_tokens_meet(narrow: RunningServer) -> None:
+    for response in post_responses(narrow, responses_body(text=responses_format(MANY_OPTIONAL))):
+        assert_refused(response, "text.format", "--grammar-row-items")
+
+
+#: What a refused Realtime response must never have sent before its error.
+ANSWER_EVENTS = ("response.output_item.added", "response.content_part.added")
+
+
+async def realtime_refusal(server: RunningServer, session: dict[str, Any]) -> list[Any]:
+    """The events a Realtime session with `session` settings sends for one response
+    (to its `response.done`), then the `response.done` of a plain response after it."""
+    async with (
+        openai.AsyncOpenAI(base_url=server.http_url + "/v1", api_key="x", max_retries=0) as client,
+        client.realtime.connect(model=MODEL) as conn,
+    ):
+        assert (await conn.recv()).type == "session.created"
+        await conn.session.update(session={"type": "realtime", **session})
+        assert (await conn.recv()).type == "session.updated"
+        text = {"type": "input_text", "text": "Hi"}
+        await conn.conversation.item.create(
+            item={"type": "message", "role": "user", "content": [text]}
+        )
+        await conn.response.create(response={"max_output_tokens": 8})
+        events = []
+        while (event := await conn.recv()).type != "response.done":
+            events.append(event)
+        events.append(event)
+        # the session carries on: a response without the tools completes
+        plain = {"max_output_tokens": 8, "tools": [], "tool_choice": "auto"}
+        await conn.response.create(response=plain)  # type: ignore[arg-type]
+        while (event := await conn.recv()).type != "response.done":
+            pass
+        events.append(event)
+    return events
+
+
+async def test_realtime_events_refuse_hostile_tools_under_tool_choice_required(
+    served: RunningServer,
+) -> None:
+    for schema in ENDLESS_TOOLS.values():
+        session = {"tools": responses_tools(schema), "tool_choice": "required"}
+        *events, done, after = await realtime_refusal(served, session)
+        kinds = [e.type for e in events]
+        # the error comes before any part of an answer, and the response fails empty
+        assert not [k for k in kinds if k in ANSWER_EVENTS or ".delta" in k], kinds
+        (error,) = [e for e in events if e.type == "error"]
+        assert error.error.type == "invalid_request_error"
+        assert error.error.param == "session.tools" and "finite" in error.error.message
+        assert done.response.status == "failed" and not done.response.output, done.response
+        assert after.response.status in ("completed", "incomplete"), after.response
 
 
 pytestmark = pytest.mark.anyio

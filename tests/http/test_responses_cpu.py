@@ -17,16 +17,16 @@ import httpx  # noqa: E402
 import openai  # noqa: E402
 
 from realtime.config import ServerConfig  # noqa: E402
-from realtime.engine.cpu.engine import CpuEngine  # noqa: E402
 from tests.conftest import RunningServer, start_server, wait_until  # noqa: E402
+from tests.served_engines import CPU_MODES, cpu_engine  # noqa: E402
 
 MODEL = "tiny"
 FIRST = "Tell me a long story about the sea, the wind, the boats and the harbour at night."
 
 
-@pytest.fixture(scope="module")
-def server(tiny_model_dir: Path) -> Iterator[RunningServer]:
-    engine = CpuEngine(tiny_model_dir, model_name=MODEL)
+@pytest.fixture(scope="module", params=CPU_MODES)
+def server(request: pytest.FixtureRequest, tiny_model_dir: Path) -> Iterator[RunningServer]:
+    engine = cpu_engine(tiny_model_dir, request.param, model_name=MODEL)
     running = start_server(ServerConfig(log_level="warning"), engine)  # type: ignore[arg-type]
     yield running
     running.stop()
@@ -82,11 +82,11 @@ def test_a_response_that_asks_warms_its_next_turn(server: RunningServer) -> None
     assert second.usage.input_tokens_details.cached_tokens == warmed.prompt_tokens
 
 
-@pytest.fixture(scope="module")
-def plain_server(tiny_model_dir: Path) -> Iterator[RunningServer]:
+@pytest.fixture(scope="module", params=CPU_MODES)
+def plain_server(request: pytest.FixtureRequest, tiny_model_dir: Path) -> Iterator[RunningServer]:
     """No reasoning parser: the Responses API has no `chat_template_kwargs` to switch the
     tiny template's thinking off, and a random model may think until max_output_tokens."""
-    engine = CpuEngine(tiny_model_dir, model_name=MODEL)
+    engine = cpu_engine(tiny_model_dir, request.param, model_name=MODEL)
     config = ServerConfig(log_level="warning", reasoning_parser="none")
     running = start_server(config, engine)  # type: ignore[arg-type]
     yield running

@@ -19,18 +19,18 @@ import openai  # noqa: E402
 from websockets.asyncio.client import connect  # noqa: E402
 
 from realtime.config import ServerConfig  # noqa: E402
-from realtime.engine.cpu.engine import CpuEngine  # noqa: E402
 from realtime.pipeline import ChatPipeline  # noqa: E402
 from tests.conftest import RunningServer, start_server, wait_until  # noqa: E402
+from tests.served_engines import CPU_MODES, cpu_engine  # noqa: E402
 
 MODEL = "tiny"
 HINT = {"agent_hints": {"speculative_prefill": True}}
 DOC = "Tool output: disk 71% used, 12 services up, 0 alerts, last backup 03:00. " * 5
 
 
-@pytest.fixture(scope="module")
-def server(tiny_model_dir: Path) -> Iterator[RunningServer]:
-    engine = CpuEngine(tiny_model_dir, model_name=MODEL)
+@pytest.fixture(scope="module", params=CPU_MODES)
+def server(request: pytest.FixtureRequest, tiny_model_dir: Path) -> Iterator[RunningServer]:
+    engine = cpu_engine(tiny_model_dir, request.param, model_name=MODEL)
     running = start_server(ServerConfig(log_level="warning"), engine)  # type: ignore[arg-type]
     yield running
     running.stop()
@@ -41,10 +41,9 @@ def pipeline_of(server: RunningServer) -> ChatPipeline:
     return pipeline
 
 
-def engine_of(server: RunningServer) -> CpuEngine:
-    engine = server.engine
-    assert isinstance(engine, CpuEngine)
-    return engine
+def engine_of(server: RunningServer) -> Any:
+    """The served cpu engine: `CpuEngine`, or the `EngineProxy` of one in its own process."""
+    return server.engine
 
 
 def warmed(server: RunningServer, count: int) -> Any:

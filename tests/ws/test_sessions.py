@@ -24,6 +24,7 @@ from realtime.engine.echo import EchoEngine
 from realtime.model.template import ChatTemplate
 from realtime.pipeline import ChatPipeline
 from tests.conftest import RunningServer, scrape_metrics, start_server, wait_until
+from tests.served_engines import CPU_MODES, cpu_engine
 from tests.ws.wsclient import chat, collect_until_terminal, recv_frame, text_of
 
 SESSION_ID = re.compile(r"^sess_[0-9a-f]{32}$")
@@ -320,12 +321,10 @@ async def test_a_client_that_never_sets_up_sees_exactly_the_plain_frames(
 # --- the CPU engine's per-session prefix cache ---
 
 
-@pytest.fixture(scope="module")
-def cpu_server(tiny_model_dir: Path) -> Iterator[RunningServer]:
+@pytest.fixture(scope="module", params=CPU_MODES)
+def cpu_server(request: pytest.FixtureRequest, tiny_model_dir: Path) -> Iterator[RunningServer]:
     pytest.importorskip("torch")
-    from realtime.engine.cpu.engine import CpuEngine
-
-    engine = CpuEngine(tiny_model_dir, model_name="tiny")
+    engine = cpu_engine(tiny_model_dir, request.param, model_name="tiny")
     running = start_server(ServerConfig(log_level="warning"), engine)  # type: ignore[arg-type]
     yield running
     running.stop()

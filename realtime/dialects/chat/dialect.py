@@ -193,9 +193,8 @@ class ChatFrameDialect:
         """A pipeline event as its chunks (the completion of a request that did not
         stream as it is), each with the request's id."""
         frames: list[Frame] = request.job.render(item)
-        request_id = request.id
         for frame in frames:
-            frame["request_id"] = request_id
+            frame["request_id"] = request.id
         return frames
 
     def fold(self, held: Frame, frame: Frame) -> bool:

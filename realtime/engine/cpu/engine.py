@@ -226,12 +226,12 @@ class CpuEngine:
             self.backend.ended_sessions.put(session_id)
 
     async def generate(self, request: EngineRequest) -> AsyncGenerator[EngineOutput, None]:
-        self._check(request)
+        self.check_request(request)
         async with aclosing(self._core.generate(request)) as outputs:
             async for output in outputs:
                 yield output
 
-    def _check(self, request: EngineRequest) -> None:
+    def check_request(self, request: EngineRequest) -> None:
         """Refuse, as the request's fault, what the engine thread would refuse (cheap checks)."""
         prompt = request.prompt_token_ids
         if not prompt:

@@ -195,6 +195,10 @@ class ExLlamaV2Engine:
         return self._core.stats
 
     @property
+    def core(self) -> ThreadedEngineCore:
+        return self._core
+
+    @property
     def ready(self) -> bool:
         return self.unavailable_reason is None
 

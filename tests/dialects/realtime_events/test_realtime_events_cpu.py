@@ -17,17 +17,17 @@ pytest.importorskip("transformers")
 import openai  # noqa: E402
 
 from realtime.config import ServerConfig  # noqa: E402
-from realtime.engine.cpu.engine import CpuEngine  # noqa: E402
 from tests.conftest import RunningServer, start_server  # noqa: E402
 from tests.dialects.realtime_events.sdk_types import check_server_event  # noqa: E402
+from tests.served_engines import CPU_MODES, cpu_engine  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 MODEL = "tiny"
 
 
-@pytest.fixture(scope="module")
-def server(tiny_model_dir: Path) -> Iterator[RunningServer]:
-    engine = CpuEngine(tiny_model_dir, model_name=MODEL)
+@pytest.fixture(scope="module", params=CPU_MODES)
+def server(request: pytest.FixtureRequest, tiny_model_dir: Path) -> Iterator[RunningServer]:
+    engine = cpu_engine(tiny_model_dir, request.param, model_name=MODEL)
     running = start_server(ServerConfig(log_level="warning"), engine)  # type: ignore[arg-type]
     yield running
     running.stop()

@@ -1,0 +1,146 @@
+"""`python -m bench.front_ends`: echo over SSE at many streams, with 1, 2, ... front ends.
+
+What `--api-servers N` buys on this machine. The zero-delay echo engine streams each
+prompt back one token per chunk; `streams` concurrent SSE requests run back to back
+for `seconds`, driven by load-generator worker processes (plain asyncio HTTP/1.1
+keep-alive clients that count `data:` lines). Per server variant, interleaved and
+repeated: chunks/s, time to first chunk (p50, p99) and the server's CPU per chunk
+(its whole process tree: the supervisor and every front end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.batching.servers import tree_cpu_seconds
+from bench.procs import ServerProcess, raise_fd_limit, start_server
+
+PROMPT = " ".join(f"word{i}" for i in range(60))
+
+
+async def _stream_loop(port: int, deadline: float, out: dict[str, Any]) -> None:
+    body = json.dumps(
+        {"model": "echo", "messages": [{"role": "user", "content": PROMPT}], "stream": True}
+    ).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: "
+        f"application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        while time.monotonic() < deadline:
+            sent = time.perf_counter()
+            writer.write(head + body)
+            first: float | None = None
+            chunks = 0
+            # chunked transfer encoding: read lines until the terminating 0-length chunk
+            while True:
+                line = await reader.readline()
+                if not line:
+                    return
+                if line.startswith(b"data: "):
+                    if line.startswith(b"data: [DONE]"):
+                        continue
+                    chunks += 1
+                    if first is None:
+                        first = time.perf_counter() - sent
+                elif line == b"0\r\n":
+                    await reader.readline()
+                    break
+            out["chunks"] += chunks
+            out["answers"] += 1
+            if first is not None:
+                out["ttft"].append(first)
+    finally:
+        writer.close()
+
+
+def _worker(port: int, streams: int, seconds: float, queue: Any) -> None:
+    async def main() -> dict[str, Any]:
+        out: dict[str, Any] = {"chunks": 0, "answers": 0, "ttft": []}
+        deadline = time.monotonic() + seconds
+        await asyncio.gather(*(_stream_loop(port, deadline, out) for _ in range(streams)))
+        return out
+
+    import uvloop
+
+    queue.put(uvloop.run(main()))
+
+
+def measure(server: ServerProcess, streams: int, seconds: float, workers: int) -> dict[str, float]:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    per = [streams // workers + (1 if i < streams % workers else 0) for i in range(workers)]
+    processes = [
+        context.Process(target=_worker, args=(server.port, n, seconds, queue)) for n in per
+    ]
+    cpu0 = tree_cpu_seconds(server.pid)
+    started = time.perf_counter()
+    for process in processes:
+        process.start()
+    results = [queue.get() for _ in processes]
+    elapsed = time.perf_counter() - started
+    cpu = tree_cpu_seconds(server.pid) - cpu0
+    for process in processes:
+        process.join()
+    chunks = sum(r["chunks"] for r in results)
+    ttft = sorted(t for r in results for t in r["ttft"])
+    return {
+        "chunks/s": chunks / elapsed,
+        "TTFT p50 ms": ttft[len(ttft) // 2] * 1000 if ttft else float("nan"),
+        "TTFT p99 ms": ttft[int(len(ttft) * 0.99)] * 1000 if ttft else float("nan"),
+        "server CPU per chunk us": cpu / chunks * 1e6 if chunks else float("nan"),
+    }
+
+
+def start(front_ends: int, scratch: Path) -> ServerProcess:
+    argv = [
+        "-m", "realtime", "serve", "--host", "127.0.0.1", "--port", "0",
+        "--model-name", "echo", "--log-level", "warning", "--no-ui",
+        "--api-servers", str(front_ends), "--max-connections", "4096",
+    ]  # fmt: skip
+    return start_server(f"realtime-{front_ends}", argv, scratch)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--front-ends", default="1,2")
+    parser.add_argument("--streams", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    raise_fd_limit()
+    counts = [int(n) for n in args.front_ends.split(",")]
+    print(f"load before: {os.getloadavg()}")
+    with tempfile.TemporaryDirectory(prefix="bench-front-ends-") as scratch:
+        servers = {n: start(n, Path(scratch)) for n in counts}
+        runs: dict[int, list[dict[str, float]]] = {n: [] for n in counts}
+        try:
+            for repeat in range(args.repeats):
+                order = counts if repeat % 2 == 0 else counts[::-1]
+                for n in order:
+                    time.sleep(1.0)
+                    runs[n].append(measure(servers[n], args.streams, args.seconds, args.workers))
+                    print(f"N={n} repeat {repeat}: {runs[n][-1]}", flush=True)
+        finally:
+            for server in servers.values():
+                server.stop()
+    print(f"load after: {os.getloadavg()}")
+    print(f"\nmedian of {args.repeats}, {args.streams} SSE streams, echo, zero delay")
+    for n in counts:
+        cells = {k: statistics.median(r[k] for r in runs[n]) for k in runs[n][0]}
+        print(f"--api-servers {n}: " + ", ".join(f"{k} {v:,.1f}" for k, v in cells.items()))
+
+
+if __name__ == "__main__":
+    main()
