@@ -62,6 +62,12 @@ _LIMITS: tuple[tuple[re.Pattern[str], str], ...] = (
         "its grammar has more than {n} symbols (--grammar-max-size)",
     ),
     (
+        re.compile(
+            r"initial lexer configuration \(grammar\) too big \(limit for this grammar: (?P<n>\d+)"
+        ),
+        "compiling it needs more than {n} units of lexer work (--grammar-compile-fuel)",
+    ),
+    (
         re.compile(r"initial_lexer_fuel|fuel exhausted"),
         "compiling it needs more lexer work than --grammar-compile-fuel allows",
     ),

@@ -215,3 +215,36 @@ def test_the_default_row_limit_serves_a_wide_object(compiler: ConstraintCompiler
     for _ in range(2):
         allowed = torch.nonzero(matcher.allowed()).flatten().tolist()
         assert allowed and matcher.advance(allowed[0])
+
+
+#: 300 optional properties: small enough for every default, large enough for a tiny limit.
+OPTIONAL_300 = {
+    "type": "object",
+    "properties": {f"property_{i:04d}": {"type": "string"} for i in range(300)},
+}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "flag"),
+    [
+        ("max_grammar_size", 50, "--grammar-max-size"),
+        ("initial_lexer_fuel", 1000, "--grammar-compile-fuel"),
+        ("step_lexer_fuel", 100, "--grammar-step-fuel"),
+        ("step_max_items", 50, "--grammar-step-items"),
+        ("max_items_in_row", 20, "--grammar-row-items"),
+        ("max_lexer_states", 20, "--grammar-lexer-states"),
+    ],
+)
+def test_each_grammar_limit_is_applied_at_compile_and_named_by_its_flag(
+    compiler: ConstraintCompiler, field: str, value: int, flag: str
+) -> None:
+    """Every llguidance limit is the flag's value (it reaches the grammar engine), is
+    met when the grammar is compiled (the request's 400, before the answer), and the
+    refusal names the flag that would allow it, not the grammar engine's internals."""
+    spec = json_schema_grammar(OPTIONAL_300)
+    compiler.compile(spec)  # served under the defaults
+    tight = dataclasses.replace(ConstraintLimits(), **{field: value})
+    with pytest.raises(ConstraintError) as refused:
+        compiler.compile(dataclasses.replace(spec, limits=tight))
+    assert refused.value.param == "response_format"
+    assert flag in refused.value.message, refused.value.message
