@@ -287,6 +287,13 @@ async def test_on_the_socket_a_hostile_schema_is_an_error_frame_and_the_socket_c
         while (frame := json.loads(await ws.recv())).get("request_id") != "bad":
             pass
         assert frame["type"] == "error" and frame["error"]["param"] == "response_format"
+        # the same for tool parameters under tool_choice required, before any answer frame
+        endless_tool = tools(ENDLESS_TOOLS["required property"])
+        body = ask(tools=endless_tool, tool_choice="required")
+        await ws.send(json.dumps({**body, "request_id": "bad tools"}))
+        while (frame := json.loads(await ws.recv())).get("request_id") != "bad tools":
+            pass
+        assert frame["type"] == "error" and frame["error"]["param"] == "tools", frame
         await ws.send(json.dumps({**ask(response_format=fmt(ANY_OF_OBJECTS)), "request_id": "ok"}))
         while True:
             frame = json.loads(await ws.recv())
