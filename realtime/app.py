@@ -314,6 +314,9 @@ def build_app(
         },
         lifespan=lifespan,
     )
+    # Starlette would answer a path with a trailing slash it lacks by a redirect to the
+    # other spelling, built from the Host header (an open redirect): it is a 404.
+    app.router.redirect_slashes = False
     metrics.track(metrics.ws_open, lambda: len(hub))
     metrics.track(metrics.queue_depth, lambda: sum(s.queue_depth for s in hub))
     metrics.track(metrics.in_flight.labels("ws"), lambda: sum(s.accepted for s in hub))

@@ -113,6 +113,12 @@ class ServerConfig:
     max_schema_bytes: int = _GRAMMAR_LIMITS.max_schema_bytes
     max_schema_depth: int = _GRAMMAR_LIMITS.max_schema_depth
     grammar_cache_size: int = _GRAMMAR_LIMITS.cache_size
+    grammar_max_size: int = _GRAMMAR_LIMITS.max_grammar_size
+    grammar_compile_fuel: int = _GRAMMAR_LIMITS.initial_lexer_fuel
+    grammar_step_fuel: int = _GRAMMAR_LIMITS.step_lexer_fuel
+    grammar_step_items: int = _GRAMMAR_LIMITS.step_max_items
+    grammar_row_items: int = _GRAMMAR_LIMITS.max_items_in_row
+    grammar_lexer_states: int = _GRAMMAR_LIMITS.max_lexer_states
     api_keys: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
     #: GET /metrics without an API key: routers and autoscalers scrape with none.
@@ -149,5 +155,11 @@ def constraint_limits(config: ServerConfig) -> ConstraintLimits:
     return ConstraintLimits(
         max_schema_bytes=config.max_schema_bytes,
         max_schema_depth=config.max_schema_depth,
+        max_grammar_size=config.grammar_max_size,
+        initial_lexer_fuel=config.grammar_compile_fuel,
+        step_lexer_fuel=config.grammar_step_fuel,
+        step_max_items=config.grammar_step_items,
+        max_items_in_row=config.grammar_row_items,
+        max_lexer_states=config.grammar_lexer_states,
         cache_size=config.grammar_cache_size,
     )

@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from realtime.engine.errors import RequestPart
 from realtime.model.generation import FinishReason, TokenLogprob
 from realtime.model.info import ModelInfo
 
@@ -83,6 +84,9 @@ class EngineOutput:
     cached_tokens: int | None = None
     #: Engine-side detail for FinishReason.ERROR; shown to the client.
     error: str | None = None
+    #: The part of the request at fault for FinishReason.ERROR, when it is the request's
+    #: (`RequestPart.CONSTRAINT`: its grammar hit a limit); None: the engine's fault.
+    error_part: RequestPart | None = None
     #: True when the last id in `token_ids` is the EOS / stop token that ended the
     #: request: it counts as generated but its text is never shown (as in vLLM).
     stopped_on_token: bool = False

@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+import httpx  # noqa: E402
 import openai  # noqa: E402
 
 from realtime.config import ServerConfig  # noqa: E402
@@ -115,3 +116,23 @@ def test_text_format_json_schema_is_enforced(plain_server: RunningServer) -> Non
             value = json.loads(response.output_text)
             assert set(value) == {"color", "n"} and value["color"] in ("red", "blue")
             assert isinstance(value["n"], int)
+            # The Response shows the format that was applied, as OpenAI's does.
+            assert response.text.format.model_dump(by_alias=True, exclude_none=True) == fmt
+
+
+def test_the_response_echoes_the_applied_text_format(plain_server: RunningServer) -> None:
+    """`text.format` is echoed in every form of the Response: the created event of a
+    stream, the stored object, and a `json_object` format as well."""
+    url = plain_server.http_url + "/v1/responses"
+    fmt = {"type": "json_object"}
+    body = {"model": MODEL, "input": "JSON.", "text": {"format": fmt}, "max_output_tokens": 4}
+    created = httpx.post(url, json=body, timeout=60)
+    assert created.status_code == 200, created.text
+    assert created.json()["text"]["format"] == fmt
+    stored = httpx.get(f"{url}/{created.json()['id']}", timeout=60).json()
+    assert stored["text"]["format"] == fmt
+    with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as stream:
+        first = next(line for line in stream.iter_lines() if line.startswith("data: "))
+    event = json.loads(first[len("data: ") :])
+    assert event["type"] == "response.created"
+    assert event["response"]["text"]["format"] == fmt

@@ -161,18 +161,21 @@ def encode_output(output: EngineOutput) -> tuple[Any, ...]:
         None if output.finish_reason is None else output.finish_reason.value,
         output.cached_tokens,
         output.error,
+        None if output.error_part is None else output.error_part.value,
         output.stopped_on_token,
     )
 
 
 def decode_output(values: tuple[Any, ...]) -> EngineOutput:
-    tokens, logprobs, finish, cached, error, stopped = values
+    tokens, logprobs, finish, cached, error, part, stopped = values
     return EngineOutput(
         tokens,
         None if logprobs is None else [TokenLogprob(t, lp, top) for t, lp, top in logprobs],
         None if finish is None else FinishReason(finish),
         cached_tokens=cached,
         error=error,
+        # whose fault: a grammar that met a limit mid-answer is the request's (a 400)
+        error_part=None if part is None else RequestPart(part),
         stopped_on_token=stopped,
     )
 
