@@ -33,6 +33,7 @@ SCENARIOS = (
     "soak",
     "agent_loop",
     "agent_messages",
+    "replicas",
 )
 #: The quick run's own limit is 200 s (below); the module's tests wait for it. Its cpu-engine
 #: scenarios each start an engine process beside the server.

@@ -274,3 +274,32 @@ def test_kill_9_mid_stream_the_conversation_and_the_socket_go_on_elsewhere(
         assert plain.responses.retrieve(response_id).status in FINISHED
     items = plain.responses.input_items.list(fourth.id)
     assert items.data
+
+
+def test_sigterm_drains_a_replica_closing_its_sockets_1001_through_nginx(fleet: Fleet) -> None:
+    """A replica told to stop closes its sockets with 1001 (through nginx, unchanged), and
+    nginx sends what comes next to a replica still serving."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    from tests.conftest import scrape_metrics
+
+    live = [r for r in fleet.replicas if r.proc.poll() is None]
+    with connect(fleet.proxy.ws_url + "/v1/realtime", open_timeout=30) as ws:
+        (home,) = [
+            r
+            for r in live
+            if scrape_metrics(r.http_url).get("realtime_ws_connections_open", 0) >= 1
+        ]
+        home.proc.send_signal(signal.SIGTERM)
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                ws.recv(timeout=60)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+    home.proc.wait(60)
+    answer = httpx.post(
+        fleet.proxy.url + "/v1/responses",
+        json={"model": MODEL, "input": "after the drain", "max_output_tokens": 1},
+        timeout=60,
+    )
+    assert answer.status_code == 200, answer.text
