@@ -1,8 +1,8 @@
 """Replicas behind nginx: session affinity against round robin, and the shared store's cost.
 
-Three `realtime serve --engine cpu` replicas (the tiny random-weight model) share
-one PostgreSQL response store (a throwaway cluster) and sit behind Debian's nginx
-running `deploy/nginx/realtime.conf`. An agent loop (`bench/agent`: a task, then
+Three `realtime serve --engine cpu` replicas (two in `--quick`; the tiny random-weight
+model) share one PostgreSQL response store (a throwaway cluster) and sit behind
+Debian's nginx running `deploy/nginx/realtime.conf`. An agent loop (`bench/agent`: a task, then
 one tool call and its output per turn, `previous_response_id`, only the new items
 sent) runs `sessions` conversations at once, `turns` turns each, over HTTP with one
 `x-session-id` per conversation. Variants, interleaved per repeat, each with
@@ -76,7 +76,7 @@ class Params:
     @classmethod
     def for_mode(cls, quick: bool) -> Params:
         if quick:
-            return cls(sessions=3, turns=3, answer_tokens=4, runbook_lines=2)
+            return cls(sessions=3, turns=3, answer_tokens=4, runbook_lines=2, replicas=2)
         return cls(sessions=50, turns=10, answer_tokens=16, runbook_lines=26)
 
 
