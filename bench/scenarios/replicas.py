@@ -261,7 +261,7 @@ def _judge(result: ScenarioResult, p: Params) -> None:
     three = result.metric(AFFINITY, "output tokens/s", "tok/s").median
     result.goals.append(
         Goal.judge(
-            "aggregate tokens/s, 3 replicas (affinity) vs one (informational)",
+            f"aggregate tokens/s, {p.replicas} replicas (affinity) vs one (informational)",
             "> 1",
             three / one if one else float("nan"),
             "x",
