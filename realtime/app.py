@@ -63,6 +63,8 @@ from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.errors import RealtimeError
 from realtime.session.dialect import DialectSelector
 from realtime.store import MemoryResponseStore, ResponseStore
+from realtime.store.dsn import is_postgres_url
+from realtime.store.postgres import PostgresResponseStore
 from realtime.store.sqlite import SQLiteResponseStore
 from realtime.ws.endpoint import session_endpoint
 from realtime.ws.hub import SessionHub
@@ -226,16 +228,21 @@ def routes() -> list[BaseRoute]:
 
 
 def response_store(config: ServerConfig) -> ResponseStore:
-    """The store of `store: true` responses: SQLite under the configured directory, or
-    memory. Raises ValueError when the directory cannot hold it."""
+    """The store of `store: true` responses: PostgreSQL at a postgresql:// URL, SQLite
+    under a directory, or memory. Raises ValueError when it cannot be opened."""
     age, size = config.response_store_max_age_seconds, config.response_store_max_bytes
-    if config.response_store_dir is None:
+    location = config.response_store_dir
+    if location is None:
         log.info("stored responses are kept in memory (lost on restart; see --response-store)")
         return MemoryResponseStore(max_age_seconds=age, max_bytes=size)
-    refusal = store_url_refusal(config.response_store_dir)
+    refusal = store_url_refusal(location)
     if refusal is not None:  # the command line refuses it first; this is for embedders
         raise ValueError(f"response store: {refusal}")
-    return SQLiteResponseStore(config.response_store_dir, max_age_seconds=age, max_bytes=size)
+    if is_postgres_url(location):
+        store = PostgresResponseStore(location, max_age_seconds=age, max_bytes=size)
+        log.info("stored responses are kept in PostgreSQL at %s", store.where)
+        return store
+    return SQLiteResponseStore(location, max_age_seconds=age, max_bytes=size)
 
 
 def build_app(

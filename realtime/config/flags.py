@@ -34,7 +34,7 @@ from realtime.config.values import (
     api_key,
     engine_option,
     gpu_split,
-    store_directory,
+    store_location,
 )
 from realtime.engine.registry import engine_names
 from realtime.protocol.json_input import MAX_JSON_DEPTH_CEILING
@@ -894,11 +894,13 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--response-store",
         "responses",
-        "directory of the SQLite file that keeps stored responses across restarts"
-        " (created if missing); default: in memory only, lost on restart",
+        "where stored responses are kept across restarts: a directory (a SQLite file"
+        " there, created if missing) or a postgresql://USER[:PASSWORD]@HOST[:PORT]/DB URL"
+        " (one store several replicas share; needs the postgres extra); default: in"
+        " memory only, lost on restart",
         field="response_store_dir",
-        value=store_directory,
-        metavar="DIR",
+        value=store_location,
+        metavar="DIR|URL",
     ),
     Flag(
         "--response-store-max-age",

@@ -82,8 +82,10 @@ class ServerConfig:
     realtime_max_tools: int = DEFAULT_MAX_TOOLS
 
     # /v1/responses
-    #: Directory of the SQLite response store (`store: true` responses, kept across
-    #: restarts); None keeps them in memory only (nothing is written unless asked).
+    #: Where `store: true` responses are kept across restarts: a directory (the SQLite
+    #: store) or a postgresql:// URL (the PostgreSQL store several replicas share; it may
+    #: hold a password, so it is only ever shown redacted); None keeps them in memory
+    #: only (nothing is written unless asked).
     response_store_dir: str | None = None
     #: Seconds a stored response is kept (OpenAI keeps them 30 days); 0 = no age limit.
     response_store_max_age_seconds: float = 30 * 24 * 3600.0
