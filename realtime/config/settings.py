@@ -110,6 +110,9 @@ class ServerConfig:
     max_schema_depth: int = _GRAMMAR_LIMITS.max_schema_depth
     grammar_cache_size: int = _GRAMMAR_LIMITS.cache_size
     api_keys: tuple[str, ...] = ()
+    #: Seals reasoning items' `encrypted_content` (Responses API); None: a random key
+    #: per process. Replicas share one so each can read what another sealed.
+    reasoning_key: str | None = field(default=None, repr=False)
     allowed_origins: tuple[str, ...] = ()
     #: GET /metrics without an API key: routers and autoscalers scrape with none.
     open_metrics: bool = False

@@ -358,7 +358,7 @@ BAD_BODIES: list[tuple[dict[str, Any], str]] = [
         "input.0.content.0.type",
     ),
     ({"model": "echo", "input": [{"type": "function_call", "name": "f"}]}, "input.0.call_id"),
-    ({"model": "echo", "input": "x", "tools": [{"type": "mcp"}]}, "tools.0.type"),
+    ({"model": "echo", "input": "x", "tools": [{"type": "custom"}]}, "tools.0.name"),
     ({"model": "echo", "input": "x", "tool_choice": "maybe"}, "tool_choice"),
     ({"model": "echo", "input": "x", "include": ["nothing"]}, "include.0"),
     ({"model": "echo", "input": "x", "max_output_tokens": "5"}, "max_output_tokens"),

@@ -44,6 +44,7 @@ from realtime.dialects.responses.errors import (
 )
 from realtime.dialects.responses.events import ResponseEvents
 from realtime.dialects.responses.objects import new_response
+from realtime.dialects.responses.reasoning_seal import ReasoningSeal
 from realtime.dialects.responses.request import ResponsesRequest, parse_responses_request
 from realtime.pipeline import ChatPipeline, PreparedChat
 from realtime.pipeline.events import Finish, Step, Usage
@@ -116,11 +117,14 @@ class ResponsesService:
         *,
         limits: InputLimits = DEFAULT_INPUT_LIMITS,
         max_chain: int = MAX_CHAIN,
+        seal: ReasoningSeal | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.store = store
         self.limits = limits
         self.max_chain = max_chain
+        #: seals and opens reasoning items' `encrypted_content` (a random key if none)
+        self.seal = seal if seal is not None else ReasoningSeal()
 
     def owner(self, api_key: bytes | None) -> str | None:
         """The owner of what a caller with `api_key` stores (None on an open server)."""
@@ -209,7 +213,7 @@ class ResponsesService:
         I/O (`begin` calls it with the history it read; the pipeline prepares it)."""
         generate = getattr(request, "generate", None) is not False
         generation = responses_generation(
-            request, history, generate=generate, warm_next_turn=warm_next_turn
+            request, history, generate=generate, warm_next_turn=warm_next_turn, seal=self.seal
         )
         tokenizer = self.pipeline.engine.info.tokenizer
         response = new_response(
@@ -219,6 +223,8 @@ class ResponsesService:
             response,
             logprobs=request.wants_logprobs,
             count_tokens=lambda text: len(tokenizer.encode(text)),
+            tools=request.function_tools,
+            seal=self.seal if request.wants_encrypted_reasoning else None,
         )
         return ResponsePlan(generation, events, generate)
 
