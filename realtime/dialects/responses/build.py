@@ -116,6 +116,7 @@ def responses_generation(
         sampling=Sampling(temperature=request.temperature, top_p=request.top_p),
         logprobs=(request.top_logprobs or 0) if generate and request.wants_logprobs else None,
         speculative_prefill=generate and (warm_next_turn or request.warms_next_turn),
+        warm_up=not generate,
         paths=RESPONSES_PATHS,
     )
 

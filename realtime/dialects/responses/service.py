@@ -28,9 +28,10 @@ continuations on that socket may reference and nobody else can see.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -46,6 +47,7 @@ from realtime.dialects.responses.events import ResponseEvents
 from realtime.dialects.responses.objects import new_response
 from realtime.dialects.responses.reasoning_seal import ReasoningSeal
 from realtime.dialects.responses.request import ResponsesRequest, parse_responses_request
+from realtime.observability.logs import event as log_event
 from realtime.pipeline import ChatPipeline, PreparedChat
 from realtime.pipeline.events import Finish, Step, Usage
 from realtime.pipeline.offload import prepare_chat
@@ -53,6 +55,8 @@ from realtime.protocol.errors import InvalidRequestError, RealtimeError
 from realtime.protocol.generation_request import GenerationRequest
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
 from realtime.store.base import Chain, ResponseStore, StoredResponse
+
+log = logging.getLogger("realtime.responses")
 
 #: Responses followed back from a `previous_response_id` at most. The prompt's
 #: token budget ends a long conversation far sooner; this bounds the lookups.
@@ -76,7 +80,7 @@ class PreparedResponse:
     #: False: the socket's warm-up (`generate: false`): the prompt is prefilled, no
     #: output is returned, and the response (input only) can be continued.
     generate: bool = True
-    #: The socket's cache session (None over HTTP).
+    #: The cache session: the socket's, or over HTTP `prompt_cache_key`'s (else None).
     session_id: str | None = None
     #: Characters of its frame and history: a large prompt is built off the event loop.
     size: int = 0
@@ -145,12 +149,14 @@ class ResponsesService:
         owner: str | None,
         local: ResponseStore | None = None,
         session_id: str | None = None,
+        cache_salt: str | None = None,
         warm_next_turn: bool = False,
     ) -> PreparedResponse:
         """Everything that can fail before the first event (`begin`, then `build_prompt`).
         Raises RealtimeError.
 
-        `session_id` is the socket's cache session; `warm_next_turn` warms the next
+        `session_id` is the cache session (the socket's, or over HTTP the one
+        `prompt_cache_key` names) and `cache_salt` its salt; `warm_next_turn` warms the next
         turn's prefix after this answer (speculative prefill) whatever the request
         says; a request asks for it itself with `nvext.agent_hints.speculative_prefill`."""
         prepared = await self.begin(
@@ -161,6 +167,8 @@ class ResponsesService:
             session_id=session_id,
             warm_next_turn=warm_next_turn,
         )
+        if cache_salt is not None:
+            prepared.generation = replace(prepared.generation, cache_salt=cache_salt)
         await self.build_prompt(prepared, stream=stream)
         return prepared
 
@@ -179,6 +187,7 @@ class ResponsesService:
         input: the chat request, the event builder, where it is kept. `size`: the
         characters of the frame it came in. Raises RealtimeError."""
         history = await self._history(request.previous_response_id, owner, local)
+        _log_hosted_tools(request)
         plan = self.plan(request, history, stream=stream, warm_next_turn=warm_next_turn)
         if history:  # a long conversation is prepared off the event loop (`prepare_chat`)
             size += len(orjson.dumps(history))
@@ -382,6 +391,15 @@ class ResponsesService:
 
     async def aclose(self) -> None:
         await self.store.close()
+
+
+def _log_hosted_tools(request: ResponsesRequest) -> None:
+    """One INFO line per request that declares hosted tools: which fields were left out
+    (their paths and types, never their contents)."""
+    hosted = request.function_tools.hosted
+    if hosted:
+        params = [f"{path} ({kind})" for path, kind in hosted]
+        log_event(log, "responses.hosted_tools", params=params)
 
 
 class _ChainWalk:
