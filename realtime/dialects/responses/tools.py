@@ -92,6 +92,19 @@ CUSTOM_PARAMETERS: dict[str, Any] = {
     "additionalProperties": False,
 }
 
+
+def custom_parameters(fmt: GrammarInput | None) -> dict[str, Any]:
+    """The parameters a custom tool is offered with. A regex `format` becomes the input's
+    JSON Schema `pattern` (anchored: the whole input must match), which the engines that
+    constrain enforce wherever they enforce a call's arguments (an enforced
+    `tool_choice`), under the same grammar limits as any schema. A Lark `format` cannot
+    be written inside a JSON string's grammar: its input is offered as free text."""
+    if fmt is None or fmt.syntax != "regex":
+        return CUSTOM_PARAMETERS
+    pattern = {"type": "string", "pattern": f"^(?:{fmt.definition})$"}
+    return {**CUSTOM_PARAMETERS, "properties": {CUSTOM_INPUT: pattern}}
+
+
 #: Tool types the SDK defines that OpenAI's servers run: accepted, never offered.
 HOSTED_TOOLS = frozenset(
     {
@@ -242,9 +255,9 @@ def _add(
     if parsed.description is not None:
         function["description"] = parsed.description
     if isinstance(parsed, CustomTool):
-        function["parameters"] = CUSTOM_PARAMETERS
-        fmt = parsed.format
-        tools.custom[parsed.name] = fmt if isinstance(fmt, GrammarInput) else None
+        fmt = parsed.format if isinstance(parsed.format, GrammarInput) else None
+        function["parameters"] = custom_parameters(fmt)
+        tools.custom[parsed.name] = fmt
     else:
         if parsed.parameters is not None:
             function["parameters"] = parsed.parameters
