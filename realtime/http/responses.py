@@ -60,7 +60,7 @@ def _cache_scope(request: Request, parsed: ResponsesRequest) -> CacheScope:
     return field_scope(
         parsed.prompt_cache_key,
         request.scope["headers"],
-        keys_enabled=bool(request.app.state.config.api_keys),
+        keys_enabled=request.app.state.http.keys_enabled,
         param="prompt_cache_key",
     )
 
