@@ -15,7 +15,8 @@ form. What each tool type becomes:
 * hosted tools (web search, file search, code interpreter, image generation,
   local shell, computer use, MCP...: tools OpenAI's servers run): accepted, never
   offered to the model (this server runs none), and listed in `hosted` by field
-  path so the service can log them once per request.
+  path so the service can log them once per request. A dated variant the SDK does
+  not know yet is accepted too, and left out of the response's `tools` echo.
 
 Two tools of one name (across namespaces too) are a 400: a call names only the
 function, so the server could not tell which was meant.
@@ -23,6 +24,7 @@ function, so the server could not tell which was meant.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -127,6 +129,19 @@ HOSTED_TOOLS = frozenset(
     }
 )
 
+#: A dated variant of a hosted tool (`web_search_2025_08_26`), including ones a newer
+#: SDK adds: the base name, then a date.
+_DATED = re.compile(r"([a-z_]+?)_\d{4}_\d{2}_\d{2}")
+
+
+def is_hosted(kind: str) -> bool:
+    """A tool type OpenAI's servers run: a known one, or a dated variant of one."""
+    if kind in HOSTED_TOOLS:
+        return True
+    dated = _DATED.fullmatch(kind)
+    return dated is not None and dated.group(1) in HOSTED_TOOLS
+
+
 #: `tool_choice` object types for hosted tools and features this server does not have.
 _UNSUPPORTED_CHOICES = frozenset(
     {
@@ -176,8 +191,10 @@ def parse_tools(raw: list[Any] | None) -> FunctionTools:
     for index, tool in enumerate(raw):
         where = f"tools.{index}"
         kind = _tool_type(tool, where)
-        if kind in HOSTED_TOOLS:
+        if is_hosted(kind):
             tools.hosted.append((where, kind))
+            if kind not in HOSTED_TOOLS:
+                continue  # a dated variant the SDK's types lack: its echo would not parse
         elif kind == "namespace":
             group = _validate(NamespaceTool, tool, where)
             for inner, member in enumerate(group.tools):
