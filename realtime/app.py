@@ -33,6 +33,7 @@ from realtime.dialects.realtime_events.limits import EventLimits
 from realtime.dialects.realtime_events.selector import realtime_events
 from realtime.dialects.responses import ResponsesService
 from realtime.dialects.responses.dialect import SocketLimits
+from realtime.dialects.responses.reasoning_seal import ReasoningSeal
 from realtime.dialects.responses.selector import responses_mode
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
@@ -277,7 +278,12 @@ def build_app(
         constraint_limits=constraint_limits(config),
         meter=vllm,
     )
-    responses = ResponsesService(pipeline, response_store(config), limits=input_limits(config))
+    responses = ResponsesService(
+        pipeline,
+        response_store(config),
+        limits=input_limits(config),
+        seal=ReasoningSeal(config.reasoning_key),
+    )
     hub = SessionHub(config.max_connections)
     ui = ui_routes() if config.ui else []
     sockets = socket_routes(ServerParts(config, pipeline, responses), protocols)

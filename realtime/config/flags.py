@@ -435,6 +435,15 @@ FLAGS: tuple[Flag, ...] = (
         metavar="PATH",
     ),
     Flag(
+        "--reasoning-key",
+        "access",
+        "secret that seals reasoning items' encrypted_content on the Responses API (any"
+        " long random string; replicas share one). Default: random per process, so"
+        " encrypted reasoning does not survive a restart",
+        field="reasoning_key",
+        metavar="SECRET",
+    ),
+    Flag(
         "--allowed-origin",
         "access",
         "browser Origin allowed to connect, e.g. https://app.example.com (repeatable;"

@@ -122,6 +122,9 @@ class ServerConfig:
     grammar_row_items: int = _GRAMMAR_LIMITS.max_items_in_row
     grammar_lexer_states: int = _GRAMMAR_LIMITS.max_lexer_states
     api_keys: tuple[str, ...] = ()
+    #: Seals reasoning items' `encrypted_content` (Responses API); None: a random key
+    #: per process. Replicas share one so each can read what another sealed.
+    reasoning_key: str | None = field(default=None, repr=False)
     allowed_origins: tuple[str, ...] = ()
     #: GET /metrics without an API key: routers and autoscalers scrape with none.
     open_metrics: bool = False

@@ -71,6 +71,10 @@ class EngineRequest:
     #: for this engine's `grammar_binding`; each sequence starts its own matcher from
     #: it. Only a `ConstrainingEngine` is ever given one.
     constraint: CompiledConstraint | None = None
+    #: A client's warm-up (the Responses API's `generate: false`): only the prompt's
+    #: prefill matters; the one token it asks for is dropped. An engine without a
+    #: cache may answer it with no token at all (the scripted engine does).
+    warm_up: bool = False
 
 
 @dataclass(slots=True)

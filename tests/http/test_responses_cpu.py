@@ -136,3 +136,32 @@ def test_the_response_echoes_the_applied_text_format(plain_server: RunningServer
     event = json.loads(first[len("data: ") :])
     assert event["type"] == "response.created"
     assert event["response"]["text"]["format"] == fmt
+
+
+def test_a_custom_tools_regex_constrains_its_input(plain_server: RunningServer) -> None:
+    """A `custom` tool with a regex `format`, called by `tool_choice`: a random-weight
+    model's sampled inputs all match it, and come back as `custom_tool_call` items."""
+    import re
+
+    server = plain_server
+    regex = "(red|blue)-[0-9]{2}"
+    tool = {
+        "type": "custom",
+        "name": "paint",
+        "description": "Paint with a color code",
+        "format": {"type": "grammar", "syntax": "regex", "definition": regex},
+    }
+    with openai.OpenAI(base_url=server.http_url + "/v1", api_key="x", max_retries=0) as client:
+        for _ in range(3):
+            response = client.responses.create(
+                model=MODEL,
+                input="Paint something.",
+                tools=[tool],  # type: ignore[list-item]
+                tool_choice={"type": "custom", "name": "paint"},
+                temperature=1.0,
+                max_output_tokens=120,
+            )
+            calls = [item for item in response.output if item.type == "custom_tool_call"]
+            assert calls, response.output
+            for call in calls:
+                assert call.name == "paint" and re.fullmatch(regex, call.input), call.input

@@ -130,13 +130,14 @@ def encode_request(request: EngineRequest) -> tuple[Any, ...]:
         request.cache_salt,
         request.session_id,
         request.priority,
+        request.warm_up,
         spec,
     )
 
 
 def decode_request(values: tuple[Any, ...]) -> tuple[EngineRequest, Any]:
     """The request (without its constraint) and the constraint's spec (or None)."""
-    rid, prompt, sampling, stop, logprobs, salt, session, priority, spec = values
+    rid, prompt, sampling, stop, logprobs, salt, session, priority, warm_up, spec = values
     request = EngineRequest(
         rid,
         prompt,
@@ -146,6 +147,7 @@ def decode_request(values: tuple[Any, ...]) -> tuple[EngineRequest, Any]:
         cache_salt=salt,
         session_id=session,
         priority=priority,
+        warm_up=warm_up,
     )
     return request, spec
 
