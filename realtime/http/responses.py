@@ -27,7 +27,7 @@ from realtime.asgi.auth import bearer_token
 from realtime.asgi.responses import ORJSONResponse
 from realtime.dialects.responses.request import Includable
 from realtime.dialects.responses.service import MAX_LIST_LIMIT, PreparedResponse, ResponsesService
-from realtime.http.serving import begin, read_json_body, respond
+from realtime.http.serving import begin, read_json_body, respond, scope_of
 from realtime.http.sse import SseFraming
 from realtime.protocol.errors import InvalidRequestError, RealtimeError, UnknownFieldError
 
@@ -64,8 +64,15 @@ async def create_response(request: Request) -> Response:
     try:
         body = await read_json_body(request)
         parsed = service.parse(body)
+        scope = scope_of(request, outcome)
         streaming = bool(parsed.stream)
-        prepared = await service.prepare(parsed, stream=streaming, owner=_owner(request, service))
+        prepared = await service.prepare(
+            parsed,
+            stream=streaming,
+            owner=_owner(request, service),
+            session_id=scope.session_id,
+            cache_salt=scope.cache_salt,
+        )
     except RealtimeError as exc:
         outcome.finish("error", error=exc)
         raise

@@ -49,7 +49,7 @@ from realtime.pipeline import ChatPipeline, PreparedChat
 from realtime.pipeline.events import Finish, Step, Usage
 from realtime.pipeline.offload import prepare_chat
 from realtime.protocol.errors import InvalidRequestError, RealtimeError
-from realtime.protocol.generation_request import GenerationRequest
+from realtime.protocol.generation_request import GenerationRequest, owned_by
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
 from realtime.store.base import Chain, ResponseStore, StoredResponse
 
@@ -75,7 +75,7 @@ class PreparedResponse:
     #: False: the socket's warm-up (`generate: false`): the prompt is prefilled, no
     #: output is returned, and the response (input only) can be continued.
     generate: bool = True
-    #: The socket's cache session (None over HTTP).
+    #: The cache session: the socket's, or the one an HTTP agent's session header chose.
     session_id: str | None = None
     #: Characters of its frame and history: a large prompt is built off the event loop.
     size: int = 0
@@ -141,12 +141,14 @@ class ResponsesService:
         owner: str | None,
         local: ResponseStore | None = None,
         session_id: str | None = None,
+        cache_salt: str | None = None,
         warm_next_turn: bool = False,
     ) -> PreparedResponse:
         """Everything that can fail before the first event (`begin`, then `build_prompt`).
         Raises RealtimeError.
 
-        `session_id` is the socket's cache session; `warm_next_turn` warms the next
+        `session_id` is the cache session (the socket's, or an HTTP session header's) and
+        `cache_salt` the caller's salt (`owned_by`); `warm_next_turn` warms the next
         turn's prefix after this answer (speculative prefill) whatever the request
         says; a request asks for it itself with `nvext.agent_hints.speculative_prefill`."""
         prepared = await self.begin(
@@ -155,6 +157,7 @@ class ResponsesService:
             owner=owner,
             local=local,
             session_id=session_id,
+            cache_salt=cache_salt,
             warm_next_turn=warm_next_turn,
         )
         await self.build_prompt(prepared, stream=stream)
@@ -168,6 +171,7 @@ class ResponsesService:
         owner: str | None,
         local: ResponseStore | None = None,
         session_id: str | None = None,
+        cache_salt: str | None = None,
         warm_next_turn: bool = False,
         size: int = 0,
     ) -> PreparedResponse:
@@ -179,8 +183,9 @@ class ResponsesService:
         if history:  # a long conversation is prepared off the event loop (`prepare_chat`)
             size += len(orjson.dumps(history))
         keep = self.store if request.stores else local
+        generation = owned_by(plan.generation, cache_salt)
         return PreparedResponse(
-            request, plan.generation, plan.events, keep, owner, plan.generate, session_id, size
+            request, generation, plan.events, keep, owner, plan.generate, session_id, size
         )
 
     async def build_prompt(self, prepared: PreparedResponse, *, stream: bool) -> PreparedChat:
