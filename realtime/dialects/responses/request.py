@@ -10,15 +10,17 @@ in one of three groups:
   (function tools), `tool_choice`, `parallel_tool_calls`, `text.format` (`text`;
   `json_schema` and `json_object` enforced on the engines that constrain generation,
   refused on the others),
-  `include` (`message.output_text.logprobs`), `top_logprobs`, and this server's
-  extension `nvext.agent_hints.speculative_prefill` (warm the next turn, as chat);
+  `include` (`message.output_text.logprobs`), `top_logprobs`, `reasoning.effort`
+  (`none` / `minimal` turn the template's thinking switch off, the others on), and
+  this server's extension `nvext.agent_hints.speculative_prefill` (warm the next
+  turn, as chat);
 * accepted, no effect on a self-hosted text model (kept so SDK defaults and agent
   frameworks work unchanged): `user`, `safety_identifier`, `prompt_cache_key`,
   `prompt_cache_retention`, `prompt_cache_options` (without `prewarm`),
-  `service_tier`, `reasoning`, `text.verbosity`, `max_tool_calls` (it counts
-  built-in tools, which this server has none of), `truncation: "disabled"`,
-  `background: false`, `image`, `access_programs`, `stream_options`, the other
-  `include` values (they name output this server never produces);
+  `service_tier`, the other `reasoning` fields (`summary`...), `text.verbosity`,
+  `max_tool_calls` (it counts built-in tools, which this server has none of),
+  `truncation: "disabled"`, `background: false`, `image`, `access_programs`,
+  `stream_options`, the other `include` values (they name output this server never produces);
 * refused with a 400 saying so (`unsupported`): `background: true`,
   `truncation: "auto"`, `conversation`, `prompt`, `context_management`,
   `moderation`, `background_options`, `prompt_cache_options.prewarm`, hosted
