@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from realtime.config import ServerConfig
+from realtime.consumer_settings import socket_settings
 from realtime.dialects.chat.dialect import ChatFrameDialect
 from realtime.model.generation import FinishReason
 from realtime.observability.metrics import Metrics
@@ -127,7 +128,7 @@ async def _one_run(chunks: int, answers: int, loop_pass: bool) -> tuple[float, i
     session = RealtimeSession(
         socket,  # type: ignore[arg-type]
         pipeline,
-        ServerConfig(log_level="warning"),
+        socket_settings(ServerConfig()),
         metrics=Metrics(),
         conn_id="bench",
         dialect=ChatFrameDialect.factory(pipeline),  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ import orjson
 from bench.chunk_path import FakePipeline
 from bench.chunk_path import FakeSocket as ChatSocket
 from realtime.config import ServerConfig
+from realtime.consumer_settings import socket_settings
 from realtime.dialects.chat.dialect import ChatFrameDialect
 from realtime.dialects.realtime_events.dialect import RealtimeEventDialect
 from realtime.observability.metrics import Metrics
@@ -81,7 +82,7 @@ async def _one_run(events: bool, chunks: int, answers: int) -> float:
     session = RealtimeSession(
         socket,
         pipeline,
-        ServerConfig(log_level="warning"),
+        socket_settings(ServerConfig()),
         metrics=Metrics(),
         conn_id="bench",
         dialect=(

@@ -26,6 +26,7 @@ from realtime.asgi.lifespan_errors import OneLineLifespanErrors
 from realtime.asgi.responses import ERROR_BODIES
 from realtime.config import ServerConfig, constraint_limits, input_limits
 from realtime.config.values import store_url_refusal
+from realtime.consumer_settings import http_settings, socket_settings
 from realtime.dialects.chat.selector import chat_frames
 from realtime.dialects.messages.errors import error_body as anthropic_error_body
 from realtime.dialects.realtime_events.limits import EventLimits
@@ -315,7 +316,8 @@ def build_app(
     metrics.track(metrics.ws_open, lambda: len(hub))
     metrics.track(metrics.queue_depth, lambda: sum(s.queue_depth for s in hub))
     metrics.track(metrics.in_flight.labels("ws"), lambda: sum(s.accepted for s in hub))
-    app.state.config = config
+    app.state.http = http_settings(config)
+    app.state.socket_settings = socket_settings(config)
     app.state.pipeline = pipeline
     app.state.completions = CompletionPipeline(pipeline)
     app.state.responses = responses

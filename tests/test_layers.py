@@ -2,7 +2,7 @@
 
     protocol <- model <- constrain <- chat / engine <- testing <- pipeline
         <- store / session <- asgi <- dialects (one unit per protocol) <- config
-        <- transports (http, ws) <- app
+        <- transports (http, ws) <- consumer_settings <- app
 
 The dialects wing (`realtime/dialects/<name>/`) is one layer whose units are its
 packages: `realtime.dialects.chat.x` is the unit `dialects.chat`, so no dialect
@@ -68,6 +68,8 @@ LAYERS: list[set[str]] = [
     {"config"},
     # the transports
     {"http", "ws"},
+    # the settings handed down: each consumer's typed values, built from the config
+    {"consumer_settings"},
     # the ASGI application
     {"app"},
     # running it: uvicorn with a draining shutdown; the generated documents
@@ -93,6 +95,10 @@ FORBIDDEN = {
     ("observability", "asgi"),
     ("observability", "http"),
     ("observability", "ws"),
+    # the transports are handed their typed settings (consumer_settings); they never
+    # read the config by a flag's name
+    ("http", "config"),
+    ("ws", "config"),
 }
 
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
@@ -399,3 +405,47 @@ def test_no_function_converting_items_to_template_messages_is_defined_twice() ->
     assert found == []
     conversion = dict(package_modules())[CONVERSION]
     assert message_builders(conversion)[0] == "def template_messages"  # really read
+
+
+# --- settings: read by name only where they are turned into typed values -------------
+
+#: Where the config is read by a field's name: the config itself, the builders of the
+#: typed values each part is given, and what sits above them (the app, the CLI...).
+SETTINGS_READERS = RANK["consumer_settings"]
+
+
+def settings_reads(source: str) -> Iterator[tuple[str, int]]:
+    """`getattr(<settings>, ...)`, `<x>.state.config`: a setting read by name at run time."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id == "getattr" and node.args:
+                target = ast.unparse(node.args[0]).lower()
+                if "config" in target or "settings" in target:
+                    yield ast.unparse(node), node.lineno
+        elif isinstance(node, ast.Attribute) and node.attr == "config":
+            if ast.unparse(node.value).endswith("state"):
+                yield ast.unparse(node), node.lineno
+
+
+def test_nothing_below_the_app_reads_the_settings_by_name() -> None:
+    """Below the builders, every part takes typed values (`SocketSettings`,
+    `HttpSettings`, `CoreLimits`, `InputLimits`...), never the config itself."""
+    found = [
+        f"{module}:{line} {expression}"
+        for module, source in package_modules()
+        if unit_of(module) != "config" and RANK.get(unit_of(module), 99) < SETTINGS_READERS
+        for expression, line in settings_reads(source)
+    ]
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def f(config):\n    return getattr(config, 'max_frame_bytes')\n",
+        "def f(request):\n    return request.app.state.config.api_keys\n",
+        "def f(settings, name):\n    return getattr(settings, name, None)\n",
+    ],
+)
+def test_the_settings_check_catches_a_read(source: str) -> None:
+    assert list(settings_reads(source))

@@ -39,13 +39,18 @@ class ClaudeCodeShape:
     head: str
     body: str
     task: str
+    #: a system-role message after the first user turn, where Claude Code puts one
+    system_turn: bool = True
 
 
 def shape(
-    script: AgentScript, task: str = "Find out why the p99 write latency doubled."
+    script: AgentScript,
+    task: str = "Find out why the p99 write latency doubled.",
+    *,
+    system_turn: bool = True,
 ) -> ClaudeCodeShape:
     """Claude Code's instructions stand-in: the script's long runbook as the system prompt."""
-    return ClaudeCodeShape(script.instructions, script.task, task)
+    return ClaudeCodeShape(script.instructions, script.task, task, system_turn)
 
 
 def messages_tools() -> list[dict[str, Any]]:

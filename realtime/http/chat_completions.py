@@ -10,7 +10,6 @@ from __future__ import annotations
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from realtime.config import input_limits
 from realtime.dialects.chat.request import parse_chat_request
 from realtime.dialects.chat.run import ChatRun
 from realtime.http.serving import begin, read_json_body, respond, scope_of
@@ -23,7 +22,7 @@ async def chat_completions(request: Request) -> Response:
     pipeline: ChatPipeline = state.pipeline
     outcome = begin(request)
     try:
-        limits = input_limits(state.config)
+        limits = state.http.input_limits
         chat_request = parse_chat_request(await read_json_body(request), limits)
         scope = scope_of(request, outcome)
         streaming = bool(chat_request.stream)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from realtime.config import input_limits
 from realtime.dialects.chat.build import completion_generation
 from realtime.dialects.chat.completions import parse_completion_request
 from realtime.http.serving import begin, read_json_body, respond, scope_of
@@ -23,7 +22,7 @@ async def completions(request: Request) -> Response:
     pipeline: CompletionPipeline = state.completions
     outcome = begin(request)
     try:
-        limits = input_limits(state.config)
+        limits = state.http.input_limits
         body = parse_completion_request(await read_json_body(request), limits)
         scope = scope_of(request, outcome)
         streaming = bool(body.stream)

@@ -23,15 +23,14 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from realtime.asgi.responses import ORJSONResponse, body_response
-from realtime.config import ServerConfig, input_limits
 from realtime.dialects.messages.build import (
-    MessagesOptions,
     parse_count_tokens_request,
     parse_messages_request,
 )
 from realtime.dialects.messages.errors import error_body
 from realtime.dialects.messages.run import MessagesRun, count_tokens
 from realtime.http.errors import Endpoint, openai_errors
+from realtime.http.http_settings import HttpSettings
 from realtime.http.serving import begin, read_json_body, respond, scope_of
 from realtime.http.sse import SseFraming
 from realtime.pipeline import ChatPipeline
@@ -60,10 +59,6 @@ MESSAGES_FRAMING = SseFraming(
 anthropic_error_response = partial(body_response, error_body)
 
 
-def options(config: ServerConfig) -> MessagesOptions:
-    return MessagesOptions(keep_billing_header=config.keep_billing_header)
-
-
 def anthropic_errors(endpoint: Endpoint) -> Endpoint:
     """Every failure of `endpoint` answered in Anthropic's error body."""
     return openai_errors(endpoint, anthropic_error_response)
@@ -72,10 +67,10 @@ def anthropic_errors(endpoint: Endpoint) -> Endpoint:
 async def create_message(request: Request) -> Response:
     state = request.app.state
     pipeline: ChatPipeline = state.pipeline
-    config: ServerConfig = state.config
+    settings: HttpSettings = state.http
     outcome = begin(request)
     try:
-        body = parse_messages_request(await read_json_body(request), input_limits(config))
+        body = parse_messages_request(await read_json_body(request), settings.input_limits)
         scope = scope_of(request, outcome)
         streaming = bool(body.stream)
         run = MessagesRun.prepare(
@@ -84,7 +79,7 @@ async def create_message(request: Request) -> Response:
             stream=streaming,
             session_id=scope.session_id,
             cache_salt=scope.cache_salt,
-            options=options(config),
+            options=settings.messages,
         )
         await run.constrain()  # a grammar compiles off the loop, before the 200
     except RealtimeError as exc:
@@ -108,4 +103,4 @@ async def create_message(request: Request) -> Response:
 async def count_message_tokens(request: Request) -> Response:
     state = request.app.state
     body = parse_count_tokens_request(await read_json_body(request))
-    return ORJSONResponse(count_tokens(state.pipeline, body, options(state.config)))
+    return ORJSONResponse(count_tokens(state.pipeline, body, state.http.messages))

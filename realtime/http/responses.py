@@ -53,7 +53,7 @@ def _service(request: Request) -> ResponsesService:
 
 def _owner(request: Request, service: ResponsesService) -> str | None:
     """The caller's owner fingerprint: its key's, when the server has keys."""
-    if not request.app.state.config.api_keys:
+    if not request.app.state.http.keys_enabled:
         return None
     return service.owner(bearer_token(request.scope["headers"]))
 

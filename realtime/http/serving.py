@@ -26,7 +26,6 @@ from starlette.responses import Response
 
 from realtime.asgi.lifecycle import Lifecycle
 from realtime.asgi.responses import ORJSONResponse, error_response
-from realtime.config import input_limits
 from realtime.http.cache_scope import CacheScope, cache_scope
 from realtime.http.sse import CHAT_FRAMING, EventStreamResponse, SseFraming
 from realtime.observability.logs import event, field_name
@@ -47,7 +46,7 @@ TRANSPORT = "http"
 
 async def read_json_body(request: Request) -> Any:
     body = await request.body()
-    limits = input_limits(request.app.state.config)
+    limits = request.app.state.http.input_limits
     try:
         return load_json(body, limits.max_json_depth, limits.max_json_values)
     except orjson.JSONDecodeError as exc:
@@ -107,7 +106,7 @@ def scope_of(request: Request, outcome: Outcome) -> CacheScope:
     """The request's cache scope, from an agent's session header (`cache_scope.py`), for
     every generation route; its label goes into the request's log line. Raises
     InvalidRequestError (a malformed header)."""
-    keys = bool(request.app.state.config.api_keys)
+    keys: bool = request.app.state.http.keys_enabled
     scope = cache_scope(request.scope["headers"], keys_enabled=keys)
     outcome.cache_scope = scope.label
     return scope
@@ -138,7 +137,7 @@ async def respond(
     state = request.app.state
     lifecycle: Lifecycle = state.lifecycle
     if streaming:
-        keepalive = state.config.sse_keepalive_seconds
+        keepalive = state.http.sse_keepalive_seconds
         # A client that hangs up cancels the stream, which closes the chunk iterator
         # and with it the engine's.
         return EventStreamResponse(

@@ -13,12 +13,10 @@ import time
 import uuid
 from collections.abc import Callable
 
-from realtime.config import ServerConfig
 from realtime.observability.logs import event, field_name
 from realtime.observability.metrics import Metrics
 from realtime.protocol.errors import EngineError, EngineUnavailableError
 from realtime.session.actions import RequestEnded, RequestRefused
-from realtime.session.core import CoreLimits
 
 log = logging.getLogger("realtime.ws")
 
@@ -28,35 +26,6 @@ TRANSPORT = "ws"
 def new_session_id() -> str:
     """122 random bits: nobody can guess another socket's id to reach its cache."""
     return f"sess_{uuid.uuid4().hex}"
-
-
-def core_limits(config: ServerConfig) -> CoreLimits:
-    """The settings the session core enforces, from the server's."""
-    return CoreLimits(
-        max_concurrent=config.max_concurrent_per_socket,
-        max_in_flight=config.max_in_flight_per_socket,
-        queue_size=config.request_queue_size,
-        read_ahead=config.read_ahead_requests,
-        idle_timeout_seconds=config.idle_timeout_seconds,
-        max_session_seconds=config.max_session_seconds,
-        session_expiry_grace_seconds=config.session_expiry_grace_seconds,
-        slow_consumer_seconds=config.slow_consumer_seconds,
-    )
-
-
-def watchdog_tick(config: ServerConfig) -> float | None:
-    """How often the session's timer fires: a quarter of the shortest time limit, between
-    20 ms and 1 s; None when no time limit is set."""
-    limits = [
-        s
-        for s in (
-            config.idle_timeout_seconds,
-            config.max_session_seconds,
-            config.slow_consumer_seconds,
-        )
-        if s > 0
-    ]
-    return min(1.0, max(0.02, min(limits) / 4)) if limits else None
 
 
 def when_all_done(tasks: list[asyncio.Task[None]], callback: Callable[[], None]) -> None:

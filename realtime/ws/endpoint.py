@@ -86,7 +86,7 @@ async def _serve(websocket: WebSocket, choice: DialectChoice) -> None:
         session = RealtimeSession(
             websocket,
             state.pipeline,
-            state.config,
+            state.socket_settings,
             metrics=metrics,
             conn_id=conn_id,
             dialect=choice.dialect,

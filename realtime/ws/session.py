@@ -38,7 +38,6 @@ from typing import Any, Protocol
 
 from starlette.websockets import WebSocket
 
-from realtime.config import ServerConfig, input_limits
 from realtime.observability.fast_metrics import FastCounterChild
 from realtime.observability.metrics import Metrics, RequestTimer
 from realtime.protocol.errors import (
@@ -62,15 +61,14 @@ from realtime.session.dialect import Dialect, DialectContext, DialectFactory
 from realtime.session.record import RequestRecord
 from realtime.ws.bookkeeping import (
     TRANSPORT,
-    core_limits,
     new_session_id,
     record_ended,
     record_refused,
     report_violation,
-    watchdog_tick,
     when_all_done,
 )
 from realtime.ws.outbox import Outbox
+from realtime.ws.socket_settings import SocketSettings
 from realtime.ws.transport import WRITABLE_EXTENSION
 
 log = logging.getLogger("realtime.ws")
@@ -94,7 +92,7 @@ class RealtimeSession:
         self,
         websocket: WebSocket,
         served: ServedModel,
-        config: ServerConfig,
+        settings: SocketSettings,
         *,
         dialect: DialectFactory,
         metrics: Metrics | None = None,
@@ -104,7 +102,7 @@ class RealtimeSession:
         handshake from the route's selectors)."""
         self.ws = websocket
         self.served = served
-        self.config = config
+        self.settings = settings
         self.metrics = metrics if metrics is not None else Metrics()
         self.conn_id = conn_id
         self.session_id = new_session_id()
@@ -113,13 +111,13 @@ class RealtimeSession:
             DialectContext(
                 session_id=self.session_id,
                 model_name=served.model_name,
-                limits=input_limits(config),
+                limits=settings.input_limits,
                 on_violation=violation,
             )
         )
         loop = asyncio.get_running_loop()
         self.core = SessionCore(
-            self.dialect, core_limits(config), opened_at=loop.time(), on_violation=violation
+            self.dialect, settings.core, opened_at=loop.time(), on_violation=violation
         )
         self.finished = asyncio.Event()
         #: The close code the socket ended with (the client's, when it closed first).
@@ -129,7 +127,7 @@ class RealtimeSession:
         writable = websocket.scope.get("extensions", {}).get(WRITABLE_EXTENSION)
         self._outbox = Outbox(
             websocket.send,
-            capacity=config.outbound_queue_frames,
+            capacity=settings.outbound_queue_frames,
             on_sent=self._count_sent,
             on_gone=self._peer_gone,
             clock=loop.time,
@@ -268,7 +266,7 @@ class RealtimeSession:
     # --- the watchdog: the core's timer ---
 
     async def _watchdog(self) -> None:
-        tick = watchdog_tick(self.config)
+        tick = self.settings.watchdog_tick
         if tick is None:
             return
         loop = asyncio.get_running_loop()

@@ -170,8 +170,8 @@ def check_generation(settings: GenerationSettings, prefix: str) -> None:
             f"{prefix}.audio: this server has no audio input or output",
             param=f"{prefix}.audio",
         )
-    for name in ("prompt", "reasoning"):
-        if getattr(settings, name) is not None:
+    for name, value in (("prompt", settings.prompt), ("reasoning", settings.reasoning)):
+        if value is not None:
             raise UnsupportedFeatureError(
                 f"{prefix}.{name} is not supported by this server", param=f"{prefix}.{name}"
             )
