@@ -61,7 +61,9 @@ from realtime.dialects.responses.schemas import (
     ResponseStreamEvent,
     SocketErrorEvent,
     SocketResponseEvent,
+    SocketSteerAcceptedEvent,
     SocketSteerEvent,
+    SocketSteerFailedEvent,
 )
 from realtime.dialects.responses.schemas import Response as ResponseObject
 from realtime.dialects.responses.tools import FunctionTool
@@ -572,6 +574,8 @@ RESPONSES_CLIENT_EVENTS: dict[str, type[BaseModel]] = {
 RESPONSES_SERVER_EVENTS: dict[str, type[BaseModel]] = {
     "ResponsesServerEvent": SocketResponseEvent,
     "ResponsesErrorEvent": SocketErrorEvent,
+    "ResponsesSteerAcceptedEvent": SocketSteerAcceptedEvent,
+    "ResponsesSteerFailedEvent": SocketSteerFailedEvent,
 }
 
 

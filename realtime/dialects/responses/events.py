@@ -156,6 +156,25 @@ class ResponseEvents:
         #: The error a failed response ended with.
         self.error: RealtimeError | None = None
 
+    # --- the answer so far (steering reads it) ---
+
+    @property
+    def output_items(self) -> list[OutputItem]:
+        """Every output item so far, the open one included."""
+        return self._items.items
+
+    @property
+    def can_steer(self) -> bool:
+        """Whether the answer may be cut here for a steer: not inside a function call."""
+        current = self._items.current
+        return current is None or current.kind != "function_call"
+
+    @property
+    def ends_in_call(self) -> bool:
+        """Whether the answer's last item is a function call (it waits for its output)."""
+        items = self._items.items
+        return bool(items) and items[-1].kind == "function_call"
+
     # --- events ---
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:

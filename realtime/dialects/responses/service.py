@@ -28,6 +28,7 @@ continuations on that socket may reference and nobody else can see.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -45,6 +46,16 @@ from realtime.dialects.responses.errors import (
 from realtime.dialects.responses.events import ResponseEvents
 from realtime.dialects.responses.objects import new_response
 from realtime.dialects.responses.request import ResponsesRequest, parse_responses_request
+from realtime.dialects.responses.steering import (
+    AnswerMarks,
+    Steer,
+    SteerErrorCode,
+    SteerFailure,
+    Steering,
+    failed_steer_event,
+    steer_messages,
+)
+from realtime.model.generation import FinishReason
 from realtime.pipeline import ChatPipeline, PreparedChat
 from realtime.pipeline.events import Finish, Step, Usage
 from realtime.pipeline.offload import prepare_chat
@@ -81,6 +92,10 @@ class PreparedResponse:
     size: int = 0
     #: The pipeline's prepared request, once `build_prompt` built its prompt.
     chat: PreparedChat | None = None
+    #: WebSocket mode's steers (`response.steer`); None: the response takes none (HTTP).
+    steering: Steering | None = None
+    #: The tokens of the passes a steer ended (each steer runs a new pass).
+    prior: Usage | None = None
 
     @property
     def id(self) -> str:
@@ -91,9 +106,18 @@ class PreparedResponse:
         """The tokens so far (None until the prompt was built); a warm-up's answer
         counts none (the one token it computed is dropped)."""
         if self.chat is None:
-            return None
+            return self.prior  # a steer's next pass before its prompt was built
         usage = self.chat.usage
-        return usage if self.generate else Usage(usage.prompt_tokens, 0, usage.cached_tokens)
+        if not self.generate:
+            return Usage(usage.prompt_tokens, 0, usage.cached_tokens)
+        prior = self.prior
+        if prior is None:
+            return usage
+        return Usage(
+            prior.prompt_tokens + usage.prompt_tokens,
+            prior.completion_tokens + usage.completion_tokens,
+            prior.cached_tokens + usage.cached_tokens,
+        )
 
     def usage(self) -> dict[str, Any] | None:
         """The usage so far as the access log and the metrics read it."""
@@ -231,36 +255,114 @@ class ResponsesService:
         """Every event of the response, the terminal one last. Closing this generator
         early closes the pipeline's and with it the engine's (a cancel). The prompt is
         built here if `prepare` did not build it: after `response.created`, so that its
-        errors end the response `response.failed`."""
+        errors end the response `response.failed`.
+
+        With `prepared.steering` (WebSocket mode), steers waiting at a step boundary
+        end the pass (the engine's request is closed) and start the next: the
+        conversation, the answer so far and the steers' input, rendering into the
+        same items (`_steer`). Steers still waiting when the response ends fail
+        (`response.steer.failed`, before the terminal event)."""
         events = prepared.events
+        steering = prepared.steering
         for event in events.start():
             yield event
         finish: Finish | None = None
+        taken: list[Steer] = []
         try:
             chat = prepared.chat
             if chat is None:
                 chat = await self.build_prompt(prepared, stream=True)
-            async with aclosing(self.pipeline.events(chat)) as steps:
-                async for step in steps:
-                    if on_step is not None:
-                        on_step(step)
-                    if type(step) is not Step:
-                        assert isinstance(step, Finish)
-                        finish = step
-                    elif prepared.generate:  # a warm-up: the prefill is the point
-                        for event in events.step(step):
-                            yield event
+            marks = AnswerMarks()
+            while True:
+                steered = False
+                async with aclosing(self.pipeline.events(chat)) as steps:
+                    async for step in steps:
+                        if on_step is not None:
+                            on_step(step)
+                        if type(step) is not Step:
+                            assert isinstance(step, Finish)
+                            finish = step
+                        elif prepared.generate:  # a warm-up: the prefill is the point
+                            for event in events.step(step):
+                                yield event
+                            if steering is not None and steering.pending and events.can_steer:
+                                steered = True
+                                break  # closes the pipeline's iterator: the engine stops
+                if not steered and not self._steers_after(prepared, finish):
+                    break
+                taken = steering.take() if steering is not None else []
+                chat = await self._steer(prepared, chat, marks, taken)
+                taken = []
+                finish = None
         except RealtimeError as exc:
+            failed = self._end_steering(prepared, "successor_creation_failed", taken)
             terminal = events.fail(exc, prepared.tokens())
         else:
+            failed = self._end_steering(prepared, "response_not_active")
             # A warm-up's one token is not an answer: it is complete, never cut off.
             reason = finish.reason if finish is not None and prepared.generate else None
             terminal = events.finish(reason, prepared.tokens())
         # Stored before the terminal event, so a continuation sent the moment it
         # arrives finds it (the SQLite store returns at once and writes on its thread).
         await self._keep(prepared)
+        for event in failed:
+            yield event
         for event in terminal:
             yield event
+
+    @staticmethod
+    def _steers_after(prepared: PreparedResponse, finish: Finish | None) -> bool:
+        """Whether steers still waiting when a pass ended run the next pass: yes after
+        an answer that ended by itself (not cut off, not waiting for a tool's output)."""
+        steering = prepared.steering
+        return (
+            steering is not None
+            and bool(steering.pending)
+            and finish is not None
+            and finish.reason in (FinishReason.EOS, FinishReason.STOP)
+            and prepared.events.can_steer
+            and not prepared.events.ends_in_call
+        )
+
+    async def _steer(
+        self,
+        prepared: PreparedResponse,
+        chat: PreparedChat,
+        marks: AnswerMarks,
+        steers: list[Steer],
+    ) -> PreparedChat:
+        """The next pass: the conversation so far, the answer written since the last pass
+        and the steers' input; its token limit is what the response has left."""
+        prepared.prior = prepared.tokens()
+        generation = prepared.generation
+        limit = generation.max_tokens
+        if prepared.request.max_output_tokens is not None and prepared.prior is not None:
+            limit = max(1, prepared.request.max_output_tokens - prepared.prior.completion_tokens)
+        conversation = (
+            *generation.conversation,
+            *marks.since(prepared.events.output_items),
+            *steer_messages(steers),
+        )
+        prepared.generation = dataclasses.replace(
+            generation, conversation=conversation, max_tokens=limit
+        )
+        prepared.chat = None
+        return await self.build_prompt(prepared, stream=True)
+
+    @staticmethod
+    def _end_steering(
+        prepared: PreparedResponse, code: SteerErrorCode, taken: list[Steer] | None = None
+    ) -> list[dict[str, Any]]:
+        """Close the response to steers; `response.steer.failed` for those not applied."""
+        steering = prepared.steering
+        if steering is None:
+            return []
+        left = [*(taken or []), *steering.close()]
+        message = (
+            "the response ended before this input could join it (it ended with a tool call,"
+            " reached its token limit, or failed); send it with the next response.create"
+        )
+        return [failed_steer_event(steer, SteerFailure(code, message)) for steer in left]
 
     async def complete(
         self,
@@ -288,7 +390,8 @@ class ResponsesService:
                 created_at=float(response["created_at"]),
                 previous_response_id=request.previous_response_id,
                 response=response,
-                input_items=request.items,
+                input_items=request.items
+                + (prepared.steering.items if prepared.steering is not None else []),
             )
         )
 
