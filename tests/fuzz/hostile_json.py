@@ -182,7 +182,7 @@ RESPONSES_FIELDS = (
 #: Item types the server runs, some it refuses, and nonsense.
 ITEM_TYPES = (
     "message function_call function_call_output reasoning item_reference web_search_call"
-    " mcp_call nonsense"
+    " mcp_call compaction compaction_trigger nonsense"
 ).split()
 ITEM_FIELDS = (
     "type role content id status phase call_id name arguments output summary"
@@ -219,6 +219,17 @@ def odd_responses(draw: st.DrawFn) -> str:
     if draw(st.booleans()):
         body["input"] = draw(st.lists(odd_item(), min_size=1, max_size=3))
     if draw(st.booleans()):
+        body["context_management"] = draw(
+            st.lists(
+                st.fixed_dictionaries(
+                    {"type": st.sampled_from(["compaction", "x"]) | json_values},
+                    optional={"compact_threshold": st.integers(-5, 20_000_000) | json_values},
+                ),
+                max_size=3,
+            )
+            | json_values
+        )
+    if draw(st.booleans()):
         body["tools"] = [
             {"type": draw(st.sampled_from(["function", "web_search", "mcp", "x"])),
              "name": draw(json_values), "parameters": draw(json_values)}
@@ -242,6 +253,8 @@ _DEEP_RESPONSES_PLACES = [
     ),
     lambda body: body.update(tool_choice=_HOLE),
     lambda body: body.update(reasoning=_HOLE),
+    lambda body: body.update(context_management=[{"type": "compaction", "x": _HOLE}]),
+    lambda body: body.update(input=[{"type": "compaction", "encrypted_content": _HOLE}]),
 ]
 
 
@@ -303,6 +316,17 @@ def odd_messages(draw: st.DrawFn) -> str:
         role = draw(st.sampled_from(["user", "assistant", "system", "tool"]) | json_values)
         blocks = draw(st.lists(odd_block(), min_size=1, max_size=3))
         body["messages"] = [{"role": role, "content": blocks}, {"role": "user", "content": "x"}]
+    if draw(st.booleans()):
+        body["context_management"] = draw(
+            st.lists(
+                st.fixed_dictionaries(
+                    {"type": st.sampled_from(["compaction", "x"]) | json_values},
+                    optional={"compact_threshold": st.integers(-5, 20_000_000) | json_values},
+                ),
+                max_size=3,
+            )
+            | json_values
+        )
     if draw(st.booleans()):
         body["tools"] = [
             {"type": draw(st.sampled_from(["custom", "bash_20250124", "web_search_20250305"])

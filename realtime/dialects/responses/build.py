@@ -11,6 +11,11 @@ text parts, `reasoning` a reasoning item, `function_call` a function call and
 same prompt the chat API would for the same conversation, and the engine's
 prefix cache finds the earlier turn.
 
+A `compaction` item (`compaction.py`) stands for everything before it: the items
+before the last one are dropped, except `system` and `developer` messages, and the
+item itself becomes a user message with its summary (`SUMMARY_PREFIX`) followed by
+the items it kept verbatim.
+
 Every field keeps the client's own name for errors (`RESPONSES_PATHS`):
 `max_output_tokens`, `text.format`, `input`.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from realtime.dialects.responses import compaction_item
 from realtime.dialects.responses.items import item_text
 from realtime.dialects.responses.request import ResponsesRequest, TextConfig
 from realtime.protocol.conversation import (
@@ -40,6 +46,10 @@ from realtime.protocol.generation_request import (
     Sampling,
 )
 
+#: What a compaction item's summary is introduced with in the prompt.
+SUMMARY_PREFIX = "A summary of the conversation so far:\n"
+_KEPT_ROLES = ("system", "developer")
+
 RESPONSES_PATHS = FieldPaths(input="input", max_tokens="max_output_tokens", format="text.format")
 
 
@@ -50,9 +60,13 @@ def responses_conversation(
     out: list[Item] = []
     if instructions:
         out.append(Message("system", (instructions,)))
-    for item in items:
+    for item in compacted(items):
         kind = item["type"]
-        if kind == "message":
+        if kind == "compaction":
+            summary, kept = compaction_item.decode(item["encrypted_content"])
+            out.append(Message("user", (SUMMARY_PREFIX + summary,)))
+            out += responses_conversation(kept, None)
+        elif kind == "message":
             out.append(Message(item["role"], tuple(item_text(item["content"]))))
         elif kind == "reasoning":
             out.append(Reasoning(_reasoning_text(item)))
@@ -63,6 +77,19 @@ def responses_conversation(
             texts = (output,) if isinstance(output, str) else tuple(item_text(output))
             out.append(FunctionCallOutput(item["call_id"], texts))
     return tuple(out)
+
+
+def compacted(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items a prompt renders: from the last compaction item on, after the system
+    and developer messages before it (everything else before it is in its summary)."""
+    listed = list(items)
+    last = max((i for i, item in enumerate(listed) if item["type"] == "compaction"), default=-1)
+    if last < 0:
+        return listed
+    kept = [
+        item for item in listed[:last] if item["type"] == "message" and item["role"] in _KEPT_ROLES
+    ]
+    return kept + listed[last:]
 
 
 def responses_generation(

@@ -192,6 +192,17 @@ class ResponseEvents:
             self._event("response.in_progress", response=self._snapshot()),
         ]
 
+    def add_item(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+        """An item made whole before the answer (a compaction item): added and done at
+        once, at the next output index."""
+        index = self._items.offset
+        self._items.offset += 1
+        self.response["output"].append(item)
+        return [
+            self._event("response.output_item.added", output_index=index, item=item),
+            self._event("response.output_item.done", output_index=index, item=item),
+        ]
+
     def step(self, step: Step) -> list[dict[str, Any]]:
         """The events for one step of the answer (often one delta event, sometimes none)."""
         out: list[dict[str, Any]] = []

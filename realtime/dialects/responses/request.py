@@ -19,10 +19,12 @@ in one of three groups:
   built-in tools, which this server has none of), `truncation: "disabled"`,
   `background: false`, `image`, `access_programs`, `stream_options`, the other
   `include` values (they name output this server never produces);
+* `context_management: [{"type": "compaction", "compact_threshold": N}]`: the
+  context is compacted (`compaction.py`) when its prompt passes N tokens;
 * refused with a 400 saying so (`unsupported`): `background: true`,
-  `truncation: "auto"`, `conversation`, `prompt`, `context_management`,
-  `moderation`, `background_options`, `prompt_cache_options.prewarm`, hosted
-  tools, tool choices other than none/auto/required/a function.
+  `truncation: "auto"`, `conversation`, `prompt`, `moderation`,
+  `background_options`, `prompt_cache_options.prewarm`, hosted tools, tool
+  choices other than none/auto/required/a function.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
+from realtime.dialects.responses.context_management import parse_context_management
 from realtime.dialects.responses.items import normalize_input
 from realtime.dialects.responses.tools import FunctionTools, parse_tool_choice, parse_tools
 from realtime.dialects.responses.validation import client_error
@@ -171,6 +174,7 @@ class ResponsesRequest(_Strict):
     _items: list[dict[str, Any]] = PrivateAttr(default_factory=list)
     _tools: FunctionTools = PrivateAttr(default_factory=FunctionTools)
     _tool_choice: Any = PrivateAttr(default=None)
+    _compact_threshold: int | None = PrivateAttr(default=None)
 
     @property
     def items(self) -> list[dict[str, Any]]:
@@ -185,6 +189,12 @@ class ResponsesRequest(_Strict):
     def chat_tool_choice(self) -> Any:
         """`tool_choice` as the chat API spells it (None when not given)."""
         return self._tool_choice
+
+    @property
+    def compact_threshold(self) -> int | None:
+        """`context_management`'s compaction threshold in tokens; 0: the default (80% of
+        the model's context); None: no automatic compaction."""
+        return self._compact_threshold
 
     @property
     def wants_logprobs(self) -> bool:
@@ -238,6 +248,7 @@ def parse_responses_request(
     request._items = normalize_input(request.input)
     request._tools = parse_tools(request.tools)
     request._tool_choice = parse_tool_choice(request.tool_choice, request._tools)
+    request._compact_threshold = parse_context_management(request.context_management)
     return request
 
 
@@ -263,7 +274,7 @@ def _refuse_unsupported(request: ResponsesRequest) -> None:
         raise UnsupportedFeatureError(
             "prompt_cache_options.prewarm is not supported", param="prompt_cache_options.prewarm"
         )
-    for name in ("conversation", "prompt", "context_management", "moderation"):
+    for name in ("conversation", "prompt", "moderation"):
         if getattr(request, name) is not None:
             raise UnsupportedFeatureError(
                 f"{name} is not supported by this server"

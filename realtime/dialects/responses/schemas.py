@@ -293,3 +293,14 @@ class SocketSteerFailedEvent(BaseModel):
     steer: FailedSteer
     sequence_number: int
     stream_id: str | None = Field(default=None, pattern=STREAM_ID_PATTERN)
+
+
+class CompactedResponse(BaseModel):
+    """`POST /v1/responses/compact`'s answer: the context's system and developer messages,
+    then one `compaction` item (`{"id", "type": "compaction", "encrypted_content"}`)."""
+
+    id: str
+    object: Literal["response.compaction"]
+    created_at: int
+    output: list[dict[str, Any]]
+    usage: ResponseUsage

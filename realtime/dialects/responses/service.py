@@ -29,6 +29,7 @@ continuations on that socket may reference and nobody else can see.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -37,13 +38,15 @@ from typing import Any
 import orjson
 
 from realtime.dialects.responses import ids
-from realtime.dialects.responses.build import responses_generation
+from realtime.dialects.responses.build import responses_conversation, responses_generation
+from realtime.dialects.responses.compaction import compact, parse_compact_request
+from realtime.dialects.responses.context_management import DEFAULT_THRESHOLD_SHARE
 from realtime.dialects.responses.errors import (
     NotCancellableError,
     PreviousResponseNotFoundError,
     ResponseNotFoundError,
 )
-from realtime.dialects.responses.events import ResponseEvents
+from realtime.dialects.responses.events import ResponseEvents, responses_usage
 from realtime.dialects.responses.objects import new_response
 from realtime.dialects.responses.request import ResponsesRequest, parse_responses_request
 from realtime.dialects.responses.steering import (
@@ -59,7 +62,7 @@ from realtime.model.generation import FinishReason
 from realtime.pipeline import ChatPipeline, PreparedChat
 from realtime.pipeline.events import Finish, Step, Usage
 from realtime.pipeline.offload import prepare_chat
-from realtime.protocol.errors import InvalidRequestError, RealtimeError
+from realtime.protocol.errors import InvalidRequestError, PromptTooLongError, RealtimeError
 from realtime.protocol.generation_request import GenerationRequest
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
 from realtime.store.base import Chain, ResponseStore, StoredResponse
@@ -94,8 +97,13 @@ class PreparedResponse:
     chat: PreparedChat | None = None
     #: WebSocket mode's steers (`response.steer`); None: the response takes none (HTTP).
     steering: Steering | None = None
-    #: The tokens of the passes a steer ended (each steer runs a new pass).
+    #: The tokens of the passes a steer ended (each steer runs a new pass), and of an
+    #: automatic compaction's summary.
     prior: Usage | None = None
+    #: The context's items (history, then input): what automatic compaction compacts.
+    context: list[dict[str, Any]] | None = None
+    #: The compaction item automatic compaction made (sent as the first output item).
+    compaction: dict[str, Any] | None = None
 
     @property
     def id(self) -> str:
@@ -203,14 +211,38 @@ class ResponsesService:
         if history:  # a long conversation is prepared off the event loop (`prepare_chat`)
             size += len(orjson.dumps(history))
         keep = self.store if request.stores else local
-        return PreparedResponse(
+        prepared = PreparedResponse(
             request, plan.generation, plan.events, keep, owner, plan.generate, session_id, size
         )
+        if request.compact_threshold is not None:
+            prepared.context = [*history, *request.items]
+        return prepared
 
     async def build_prompt(self, prepared: PreparedResponse, *, stream: bool) -> PreparedChat:
         """`ChatPipeline.prepare` of the response's request (off the event loop when it
-        is large), then its grammar's compile; errors name the Responses fields."""
-        chat = prepared.chat = await prepare_chat(
+        is large), then its grammar's compile; errors name the Responses fields. With
+        `context_management`, a prompt past the threshold (or past the context) is
+        compacted first (`_compact`)."""
+        try:
+            chat = await self._prepare_chat(prepared, stream)
+        except PromptTooLongError:
+            if prepared.context is None or prepared.compaction is not None:
+                raise
+            chat = None
+        if prepared.context is not None and prepared.compaction is None:
+            threshold = prepared.request.compact_threshold or int(
+                DEFAULT_THRESHOLD_SHARE * self.pipeline.engine.info.context_length
+            )
+            if chat is None or chat.usage.prompt_tokens > threshold:
+                await self._compact(prepared, prepared.context)
+                chat = await self._prepare_chat(prepared, stream)
+        assert chat is not None
+        prepared.chat = chat
+        await self.pipeline.constrain(chat)
+        return chat
+
+    async def _prepare_chat(self, prepared: PreparedResponse, stream: bool) -> PreparedChat:
+        return await prepare_chat(
             self.pipeline,
             prepared.generation,
             stream=stream,
@@ -218,8 +250,36 @@ class ResponsesService:
             size=prepared.size,
             request_id=prepared.id,
         )
-        await self.pipeline.constrain(chat)
-        return chat
+
+    async def _compact(self, prepared: PreparedResponse, context: list[dict[str, Any]]) -> None:
+        """Automatic compaction: the context summarized, the response's prompt rebuilt from
+        the compaction (its system messages, the summary, the kept turn)."""
+        request = prepared.request
+        result = await compact(
+            self.pipeline, request.model, context, session_id=prepared.session_id
+        )
+        prepared.compaction = result.item
+        prepared.prior = result.usage
+        prepared.generation = dataclasses.replace(
+            prepared.generation,
+            conversation=responses_conversation(result.output, request.instructions),
+        )
+
+    async def compact(self, data: Any, owner: str | None) -> dict[str, Any]:
+        """`POST /v1/responses/compact`: the context (the chain of `previous_response_id`,
+        then `input`) compacted; OpenAI's `response.compaction` object. Nothing is stored."""
+        request, items = parse_compact_request(data)
+        history = await self._history(request.previous_response_id, owner, None)
+        result = await compact(
+            self.pipeline, request.model, [*history, *items], instructions=request.instructions
+        )
+        return {
+            "id": ids.new_id("resp"),
+            "object": "response.compaction",
+            "created_at": int(time.time()),
+            "output": result.output,
+            "usage": responses_usage(result.usage),
+        }
 
     def plan(
         self,
@@ -272,6 +332,9 @@ class ResponsesService:
             chat = prepared.chat
             if chat is None:
                 chat = await self.build_prompt(prepared, stream=True)
+            if prepared.compaction is not None:
+                for event in events.add_item(prepared.compaction):
+                    yield event
             marks = AnswerMarks()
             while True:
                 steered = False

@@ -122,4 +122,6 @@ def _steering_unsupported(prepared: PreparedResponse) -> str | None:
     """Why a response takes no steers (None: it takes them)."""
     if not prepared.generate:
         return "a warm-up (generate: false) generates nothing to steer"
+    if prepared.request.compact_threshold is not None:
+        return "a response with automatic compaction (context_management) takes no steers"
     return None

@@ -226,9 +226,14 @@ def test_every_supported_item_type_is_normalized() -> None:
         ({"input": "x", "conversation": "conv_1"}, UnsupportedFeatureError, "conversation"),
         ({"input": "x", "prompt": {"id": "p"}}, UnsupportedFeatureError, "prompt"),
         (
-            {"input": "x", "context_management": [{"type": "compaction"}]},
-            UnsupportedFeatureError,
-            "context_management",
+            {"input": "x", "context_management": [{"type": "compaction", "compact_threshold": -1}]},
+            InvalidRequestError,
+            "context_management.0.compact_threshold",
+        ),
+        (
+            {"input": [{"type": "compaction", "encrypted_content": "not ours"}]},
+            InvalidRequestError,
+            "input.0.encrypted_content",
         ),
         ({"input": "x", "moderation": {"model": "m"}}, UnsupportedFeatureError, "moderation"),
         ({"input": "x", "background_options": {}}, UnsupportedFeatureError, "background_options"),
