@@ -145,6 +145,8 @@ def event_limits(config: ServerConfig) -> EventLimits:
     return EventLimits(
         max_items=config.realtime_max_items,
         max_conversation_chars=config.realtime_max_conversation_chars,
+        max_conversation_bytes=config.realtime_max_conversation_bytes,
+        max_item_parts=config.realtime_max_item_parts,
         max_tools=config.realtime_max_tools,
         max_active_responses=config.max_concurrent_per_socket,
     )

@@ -17,6 +17,16 @@ then while a hostile client repeats one of:
   of zeros in a message), the most decoding work per byte;
 * `large frame`: the `large body` as one WebSocket frame.
 
+The stateful surfaces (issue 27), where a small input asks for input-sized work:
+
+* `continuation`: a 130-byte `response.create` on a `/v1/responses` socket that
+  continues a stored response of 40,000 input items (created before the
+  neighbour records), so the server rebuilds 40,000 items;
+* `item retrieve`: 20 `conversation.item.retrieve` events for one Realtime item of
+  4,000,000 characters (created before the neighbour records);
+* `out-of-band input`: a Realtime `response.create` out of band (`conversation:
+  none`) whose own `input` is one message of about 7 MB.
+
 Only neighbour requests sent while a hostile request is in flight count. The
 goal (issue 13): the neighbour's p99 under each hostile load within 2x its idle
 p99. Whatever the server does with each input (serve it, refuse it, or close the
@@ -52,7 +62,14 @@ SUMMARY = (
 IDLE, PLAIN = "idle", "stream, no stops"
 STOPS, LARGE_BODY = "stop list", "large body"
 WIDE_BODY, LARGE_FRAME = "wide JSON body", "large frame"
-HOSTILE = (STOPS, LARGE_BODY, WIDE_BODY, LARGE_FRAME)
+CONTINUATION, RETRIEVE, OUT_OF_BAND = "continuation", "item retrieve", "out-of-band input"
+HOSTILE = (STOPS, LARGE_BODY, WIDE_BODY, LARGE_FRAME, CONTINUATION, RETRIEVE, OUT_OF_BAND)
+STATEFUL = (CONTINUATION, RETRIEVE, OUT_OF_BAND)
+EVENTS_PATH = f"{WS_PATH}?model={MODEL}"
+RESPONSES_PATH = "/v1/responses"
+RESPONSES_TERMINAL = frozenset(
+    ("response.completed", "response.incomplete", "response.failed", "error")
+)
 VARIANTS = (IDLE, PLAIN, *HOSTILE)
 ECHO_DELAY = 0.002
 BOUND = 2.0
@@ -71,15 +88,24 @@ class Params:
     body_bytes: int
     #: Tokens of the stop-list request's answer.
     answer_tokens: int
+    #: Input items of the stored response the `continuation` continues.
+    history_items: int
+    #: Characters of the Realtime item `item retrieve` retrieves, and retrieves per request.
+    item_chars: int
+    retrieves: int
+    #: Bytes of the `out-of-band input`'s message.
+    input_bytes: int
 
     @classmethod
     def for_mode(cls, quick: bool) -> Params:
         if quick:
             return cls(hostile_requests=3, stream_requests=1, idle_seconds=0.3,
-                       body_bytes=1 << 20, answer_tokens=100)  # fmt: skip
+                       body_bytes=1 << 20, answer_tokens=100, history_items=4000,
+                       item_chars=400_000, retrieves=20, input_bytes=1 << 20)  # fmt: skip
         # Just under the default --max-frame-bytes (8 MiB), so the frame is accepted.
         return cls(hostile_requests=10, stream_requests=2, idle_seconds=3.0,
-                   body_bytes=(8 << 20) - 4096, answer_tokens=3000)  # fmt: skip
+                   body_bytes=(8 << 20) - 4096, answer_tokens=3000, history_items=40_000,
+                   item_chars=4_000_000, retrieves=20, input_bytes=7_000_000)  # fmt: skip
 
 
 # --- payloads ---------------------------------------------------------------------
@@ -196,6 +222,119 @@ async def _hostile_ws(port: int, frame: bytes) -> bool:
 Send = Callable[[], Awaitable[object]]
 
 
+async def _http_json(port: int, path: str, body: bytes) -> tuple[int, dict[str, object]]:
+    """POST `body` and read the JSON answer."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(_http_post(path, body))
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        answer = orjson.loads(await reader.readexactly(length))
+        return int(head.split(b" ", 2)[1]), answer
+    finally:
+        writer.close()
+
+
+async def _until(client: WsClient, done: Callable[[bytes], bool]) -> bytes:
+    while True:
+        payload, _ = await client.recv(timeout=120)
+        if done(payload):
+            return payload
+
+
+def _responses_terminal(payload: bytes) -> bool:
+    return orjson.loads(payload).get("type") in RESPONSES_TERMINAL
+
+
+class Stateful:
+    """A hostile client of the stateful surfaces: what it needs is set up (`setup`)
+    before the neighbour records; `send` is one hostile request."""
+
+    def __init__(self, variant: str, port: int, p: Params) -> None:
+        self.variant, self.port, self.p = variant, port, p
+        self.previous = ""
+        self.socket: WsClient | None = None
+
+    async def setup(self) -> None:
+        if self.variant == CONTINUATION:
+            items = [{"role": "user", "content": "m"}] * self.p.history_items
+            body = {"model": MODEL, "input": items, "max_output_tokens": 1}
+            status, answer = await _http_json(self.port, RESPONSES_PATH, orjson.dumps(body))
+            if status != 200:
+                raise RuntimeError(f"creating the stored response answered {status}: {answer}")
+            self.previous = str(answer["id"])
+        elif self.variant == RETRIEVE:
+            self.socket = await self._events_socket()
+            text = "x" * self.p.item_chars
+            item = {
+                "id": "huge",
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": text}],
+            }
+            self.socket.send_text(orjson.dumps({"type": "conversation.item.create", "item": item}))
+            done = await _until(
+                self.socket,
+                lambda f: b"conversation.item.done" in f[:64] or f.startswith(b'{"type":"error"'),
+            )
+            if b"error" in done[:32]:
+                raise RuntimeError(f"creating the huge item failed: {done[:300]!r}")
+
+    async def _events_socket(self) -> WsClient:
+        client = await WsClient.connect("127.0.0.1", self.port, EVENTS_PATH)
+        await client.recv(timeout=30)  # session.created
+        return client
+
+    async def send(self) -> object:
+        if self.variant == CONTINUATION:
+            client = await WsClient.connect("127.0.0.1", self.port, RESPONSES_PATH)
+            try:
+                create = {
+                    "type": "response.create",
+                    "model": MODEL,
+                    "input": "next",
+                    "previous_response_id": self.previous,
+                    "max_output_tokens": 1,
+                }
+                client.send_text(orjson.dumps(create))
+                return await _until(client, _responses_terminal)
+            finally:
+                client.abort()
+        if self.variant == RETRIEVE:
+            assert self.socket is not None
+            retrieve = orjson.dumps({"type": "conversation.item.retrieve", "item_id": "huge"})
+            for _ in range(self.p.retrieves):
+                self.socket.send_text(retrieve)
+            for _ in range(self.p.retrieves):
+                await self.socket.recv(timeout=120)
+            return None
+        client = await self._events_socket()
+        try:
+            text = "many words " * (self.p.input_bytes // 11)
+            message = {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": text}],
+            }
+            create = {
+                "type": "response.create",
+                "response": {"conversation": "none", "input": [message], "max_output_tokens": 1},
+            }
+            client.send_text(orjson.dumps(create))
+            return await _until(client, is_terminal)
+        finally:
+            client.abort()
+
+    def close(self) -> None:
+        if self.socket is not None:
+            self.socket.abort()
+
+
 def _hostile(variant: str, port: int, payloads: dict[str, bytes]) -> Send:
     if variant in (STOPS, PLAIN):
         return lambda: _hostile_ws(port, payloads[variant])
@@ -210,13 +349,16 @@ async def _one(port: int, p: Params, variant: str, payloads: dict[str, bytes]) -
     await neighbour.start(port)
     await asyncio.sleep(0.05)  # the connection is open and warm
     busy, count = 0.0, 1
+    stateful = Stateful(variant, port, p) if variant in STATEFUL else None
+    if stateful is not None:
+        await stateful.setup()  # before the neighbour records
     try:
         if variant == IDLE:
             neighbour.recording = True
             await asyncio.sleep(p.idle_seconds)
             neighbour.recording = False
         else:
-            send = _hostile(variant, port, payloads)
+            send = stateful.send if stateful is not None else _hostile(variant, port, payloads)
             count = p.stream_requests if variant in (STOPS, PLAIN) else p.hostile_requests
             for _ in range(count):
                 t0 = time.perf_counter()
@@ -227,6 +369,8 @@ async def _one(port: int, p: Params, variant: str, payloads: dict[str, bytes]) -
                 await asyncio.sleep(0.05)
     finally:
         await neighbour.stop()
+        if stateful is not None:
+            stateful.close()
     ms = [s * 1000 for s in neighbour.samples]
     return {
         "p50": percentile(ms, 50),

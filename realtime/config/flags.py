@@ -624,7 +624,37 @@ FLAGS: tuple[Flag, ...] = (
         limit=Limit(
             "characters",
             "of text (messages, call arguments, call outputs) in one Realtime event"
-            " session's conversation; more is an `error` event `conversation_full`",
+            " session's conversation, and in a `response.create`'s own `input`; more is an"
+            " `error` event `conversation_full`, before anything is tokenized",
+        ),
+    ),
+    Flag(
+        "--realtime-max-conversation-bytes",
+        "limits",
+        "bytes one Realtime event session's conversation holds: its items' text in UTF-8"
+        " plus 1 KiB per item and 256 bytes per content part; more is refused with an"
+        " error event conversation_full (default %(default)s = 16 MiB)",
+        field="realtime_max_conversation_bytes",
+        value=POSITIVE,
+        limit=Limit(
+            "bytes",
+            "one Realtime event session's conversation (its items' strings in UTF-8, plus"
+            " 1 KiB per item and 256 bytes per content part), and a `response.create`'s own"
+            " `input`; more is an `error` event `conversation_full`",
+        ),
+    ),
+    Flag(
+        "--realtime-max-item-parts",
+        "limits",
+        "content parts in one Realtime conversation item; more is refused with an error"
+        " event too_many_content_parts, before the item is validated (default %(default)s)",
+        field="realtime_max_item_parts",
+        value=POSITIVE,
+        limit=Limit(
+            "parts",
+            "content parts in one Realtime conversation item (`conversation.item.create`,"
+            " `response.input`); more is an `error` event `too_many_content_parts`, counted"
+            " before the item is validated",
         ),
     ),
     Flag(

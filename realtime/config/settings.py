@@ -14,7 +14,9 @@ from typing import Any
 
 from realtime.constrain.spec import ConstraintLimits
 from realtime.dialects.realtime_events.limits import (
+    DEFAULT_MAX_CONVERSATION_BYTES,
     DEFAULT_MAX_CONVERSATION_CHARS,
+    DEFAULT_MAX_ITEM_PARTS,
     DEFAULT_MAX_ITEMS,
     DEFAULT_MAX_TOOLS,
 )
@@ -75,6 +77,8 @@ class ServerConfig:
     slow_consumer_seconds: float = 15.0
     realtime_max_items: int = DEFAULT_MAX_ITEMS
     realtime_max_conversation_chars: int = DEFAULT_MAX_CONVERSATION_CHARS
+    realtime_max_conversation_bytes: int = DEFAULT_MAX_CONVERSATION_BYTES
+    realtime_max_item_parts: int = DEFAULT_MAX_ITEM_PARTS
     realtime_max_tools: int = DEFAULT_MAX_TOOLS
 
     # /v1/responses

@@ -18,6 +18,7 @@ HTTP is kept nowhere: nobody could ever ask for it again.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, get_args
 
 import orjson
@@ -30,6 +31,7 @@ from realtime.dialects.responses.request import Includable
 from realtime.dialects.responses.service import MAX_LIST_LIMIT, PreparedResponse, ResponsesService
 from realtime.http.serving import begin, read_json_body, respond
 from realtime.http.sse import SseFraming
+from realtime.pipeline.offload import off_loop
 from realtime.protocol.errors import InvalidRequestError, RealtimeError, UnknownFieldError
 
 _INCLUDABLE = frozenset(get_args(Includable))
@@ -64,7 +66,8 @@ async def create_response(request: Request) -> Response:
     outcome = begin(request)
     try:
         body = await read_json_body(request)
-        parsed = service.parse(body)
+        # Validating every input item of a large body takes as long as its size: off the loop.
+        parsed = await off_loop(functools.partial(service.parse, body), len(await request.body()))
         streaming = bool(parsed.stream)
         prepared = await service.prepare(parsed, stream=streaming, owner=_owner(request, service))
     except RealtimeError as exc:

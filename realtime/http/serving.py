@@ -14,6 +14,7 @@ an answer (an SSE error event, or a 503 body), not dropped.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -29,6 +30,7 @@ from realtime.asgi.responses import ORJSONResponse, error_response
 from realtime.http.sse import CHAT_FRAMING, EventStreamResponse, SseFraming
 from realtime.observability.logs import event
 from realtime.observability.metrics import Metrics, RequestTimer
+from realtime.pipeline.offload import off_loop
 from realtime.protocol.errors import (
     EngineError,
     EngineUnavailableError,
@@ -44,10 +46,14 @@ TRANSPORT = "http"
 
 
 async def read_json_body(request: Request) -> Any:
+    """The body, decoded and checked (depth, value count): in a worker thread when it is
+    large (`off_loop`), since decoding and counting a body of megabytes takes the event
+    loop for as long."""
     body = await request.body()
     limits = request.app.state.http.input_limits
+    decode = functools.partial(load_json, body, limits.max_json_depth, limits.max_json_values)
     try:
-        return load_json(body, limits.max_json_depth, limits.max_json_values)
+        return await off_loop(decode, len(body))
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from None
 

@@ -8,11 +8,24 @@ instead."), whichever API's model it was.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from realtime.protocol.errors import InvalidRequestError, InvalidTypeError, UnknownFieldError
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def validate_body(model: type[Model], data: Any) -> Model:
+    """A decoded request body as `model`: it must be a JSON object; every failure is
+    one 400 naming the field (`validation_error_to_client`)."""
+    if not isinstance(data, dict):
+        raise InvalidRequestError("the request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error_to_client(exc) from None
 
 
 def validation_error_to_client(exc: ValidationError) -> InvalidRequestError:

@@ -47,10 +47,15 @@ class Submit:
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
-    """Stop one request (in flight or queued); unknown and finished ids are ignored."""
+    """Stop one request (in flight or queued); unknown and finished ids are ignored.
+
+    `frames` are sent once the cancel is applied: the request's task can no longer
+    send anything it rendered before (a Realtime `conversation.item.deleted` for the
+    item the response was writing must be the last word on that item)."""
 
     request_id: str
     label: str = "cancel"
+    frames: Sequence[Frame] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -234,7 +234,10 @@ class SessionCore:
         if isinstance(command, Submit):
             return self._submit(command, received_at)
         if isinstance(command, Cancel):
-            return self.cancel(command.request_id)
+            actions = self.cancel(command.request_id)
+            if command.frames:  # after the cancel: the task cannot send past them
+                actions.append(Send(command.frames, "event"))
+            return actions
         if isinstance(command, Reply):
             return [Send(command.frames, command.kind)] if command.frames else []
         if isinstance(command, CloseGracefully):

@@ -1,4 +1,4 @@
-"""Where responses are kept: the interface, the record, and the chain walk both stores share.
+"""Where responses are kept: the interface, its semantics, the record, the chain walk.
 
 `ResponseStore` is the small interface the Responses API needs, so a shared
 store (a database several replicas use) can replace the embedded ones:
@@ -10,11 +10,39 @@ store (a database several replicas use) can replace the embedded ones:
 
 A record is one response (the final `Response` object) and its own input items;
 a conversation is rebuilt by following `previous_response_id` from record to
-record (`chain`). Every read is by owner: when API keys are configured a record
-belongs to the key that created it (an HMAC of the key, never the key), and
-another key finds nothing, exactly as if the id did not exist.
+record (`chain`).
 
-Retention is bounded by age and by bytes; the oldest records go first.
+What every implementation promises (`tests/store/test_store.py` checks each one
+against the same suite; a new store joins its fixture):
+
+* **Durable on return.** `put` returns only once the record is kept as far as the
+  store can keep anything: committed to its file (SQLite: a crash of the process,
+  kill -9 included, loses nothing `put` returned for) or its database (a networked
+  store), or in memory (the memory store: nothing survives a restart). The
+  Responses API stores a response before it sends the terminal event or the 200,
+  so what a client was told is stored is stored. A record `put` could not keep
+  raises `StoreError`, and the response is not acknowledged.
+* **Bounded writes.** At most a fixed number of writes wait at once; further `put`s
+  wait for room (backpressure onto the responses that make them), never queue
+  without bound.
+* **Visible on return.** After `put` returns, `get` and `chain` find the record,
+  on any connection to the store.
+* **Owners.** Every read is by owner: when API keys are configured a record
+  belongs to the key that created it (an HMAC of the key, never the key; `owner`),
+  and another key finds nothing, exactly as if the id did not exist.
+* **Order.** Each `put` gives its record the store's next sequence number (a
+  record put again takes a new one); "oldest" means lowest sequence number, never
+  a timestamp, so two records made in the same second keep their order.
+* **Age.** A record is found while `created_at >= now - max_age_seconds` (0: no
+  age limit), `created_at` being the precise time the response was created; one
+  older is never returned, and is deleted at some point after.
+* **Bytes.** A record's size is the length of `encode()`. After each `put` the
+  oldest records are deleted while the records' sizes sum to more than
+  `max_bytes` (0: no limit), except the record just put: the newest record is
+  always kept, even alone over the limit. So a record is deleted for bytes only
+  when the records newer than it fill the limit, and never before its age limit
+  for any other reason.
+* **Deletes** are by owner and take effect at once.
 """
 
 from __future__ import annotations
@@ -30,6 +58,14 @@ import orjson
 DEFAULT_MAX_AGE_SECONDS = 30 * 24 * 3600.0
 #: Bytes of stored responses (their JSON) before the oldest are dropped.
 DEFAULT_MAX_BYTES = 1024 * 1024 * 1024
+#: Writes a store runs or queues at once; a further `put` waits for one to finish.
+MAX_PENDING_WRITES = 32
+
+
+class StoreError(Exception):
+    """A record could not be kept or read (the disk, the database): the store's one
+    exception. The Responses API answers it as a retryable 503 and acknowledges
+    nothing it could not store."""
 
 
 @dataclass(slots=True)
@@ -37,12 +73,18 @@ class StoredResponse:
     id: str
     #: The creating key's fingerprint (`ResponseStore.owner`); None on an open server.
     owner: str | None
+    #: When the response was created, in seconds (`time.time()`, not rounded): the age
+    #: limit counts from here. The Response's own `created_at` is this, whole.
     created_at: float
     previous_response_id: str | None
     #: The final `Response` object, as returned to the client. Read-only.
     response: dict[str, Any]
     #: This response's own input items in normal form (`items.py`), oldest first.
     input_items: list[dict[str, Any]]
+    #: Bytes of `encode()`, as the store counts them (set by the store on `put` and on
+    #: every read; 0 on a record not yet put). Readers use it to decide, before any
+    #: work, whether rebuilding a conversation is large.
+    size: int = 0
 
     def encode(self) -> bytes:
         return orjson.dumps({"response": self.response, "input_items": self.input_items})
@@ -74,19 +116,25 @@ class ResponseStore(Protocol):
         ...
 
     async def put(self, record: StoredResponse) -> None:
-        """Keep `record`. Visible to `get` and `chain` as soon as this returns."""
+        """Keep `record` (durable, visible and ordered as the module says) and set its
+        `size`; waits for room when writes are pending. Raises StoreError."""
         ...
 
-    async def get(self, response_id: str, owner: str | None) -> StoredResponse | None: ...
+    async def get(self, response_id: str, owner: str | None) -> StoredResponse | None:
+        """The record (None: no such id for this owner, or expired). Raises StoreError."""
+        ...
 
     async def chain(self, response_id: str, owner: str | None, limit: int) -> Chain:
-        """`response_id`'s record and its predecessors, newest first, at most `limit`."""
+        """`response_id`'s record and its predecessors, newest first, at most `limit`.
+        Raises StoreError."""
         ...
 
-    async def delete(self, response_id: str, owner: str | None) -> bool: ...
+    async def delete(self, response_id: str, owner: str | None) -> bool:
+        """Forget the record; False when this owner has no such record."""
+        ...
 
     async def close(self) -> None:
-        """Finish pending writes and release the store."""
+        """Finish pending writes (each `put` still waiting completes) and release the store."""
         ...
 
 

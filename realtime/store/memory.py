@@ -1,11 +1,14 @@
 """Stored responses in memory: the store without a directory, and a socket's own.
 
 Used when no `--response-store` directory is configured, and by a WebSocket-mode
-socket for its `store: false` responses, which die with it.
+socket for its `store: false` responses, which die with it. It keeps the
+promises of `base.py` within one process: a record is kept once `put` returns,
+and nothing survives a restart.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections import OrderedDict
@@ -22,25 +25,22 @@ from realtime.store.base import (
 
 
 class MemoryResponseStore:
-    """Records in a dict, oldest first, bounded by age, bytes and (optionally) count.
-
-    Used when no store directory is configured, and by a socket for its
-    `store: false` responses (which die with it)."""
+    """Records in a dict in the order they were put (the sequence), bounded by age and
+    bytes (`base.py`)."""
 
     def __init__(
         self,
         *,
         max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS,
         max_bytes: int = DEFAULT_MAX_BYTES,
-        max_records: int | None = None,
         clock: Any = time.time,
     ) -> None:
         self.max_age_seconds = max_age_seconds
         self.max_bytes = max_bytes
-        self.max_records = max_records
         self._clock = clock
         self._secret = secrets.token_bytes(32)
-        self._records: OrderedDict[str, tuple[StoredResponse, int]] = OrderedDict()
+        #: by id, oldest first: the insertion order is the store's sequence
+        self._records: OrderedDict[str, StoredResponse] = OrderedDict()
         self.bytes = 0
 
     def owner(self, api_key: bytes | None) -> str | None:
@@ -50,12 +50,12 @@ class MemoryResponseStore:
         return len(self._records)
 
     async def put(self, record: StoredResponse) -> None:
-        size = len(record.encode())
-        old = self._records.pop(record.id, None)
+        record.size = await _measure(record)
+        old = self._records.pop(record.id, None)  # a record put again is the newest
         if old is not None:
-            self.bytes -= old[1]
-        self._records[record.id] = (record, size)
-        self.bytes += size
+            self.bytes -= old.size
+        self._records[record.id] = record
+        self.bytes += record.size
         self._prune()
 
     async def get(self, response_id: str, owner: str | None) -> StoredResponse | None:
@@ -67,12 +67,8 @@ class MemoryResponseStore:
     async def delete(self, response_id: str, owner: str | None) -> bool:
         if self._find(response_id, owner) is None:
             return False
-        _, size = self._records.pop(response_id)
-        self.bytes -= size
+        self.bytes -= self._records.pop(response_id).size
         return True
-
-    async def flush(self) -> None:
-        """Nothing to wait for: a put is done when it returns."""
 
     async def close(self) -> None:
         self.clear()
@@ -83,25 +79,28 @@ class MemoryResponseStore:
 
     def _find(self, response_id: str, owner: str | None) -> StoredResponse | None:
         found = self._records.get(response_id)
-        if found is None or found[0].owner != owner or self._expired(found[0]):
+        if found is None or found.owner != owner or self._expired(found):
             return None
-        return found[0]
+        return found
 
     def _expired(self, record: StoredResponse) -> bool:
-        return (
-            bool(self.max_age_seconds) and record.created_at < self._clock() - self.max_age_seconds
+        return bool(self.max_age_seconds) and (
+            record.created_at < self._clock() - self.max_age_seconds
         )
 
     def _prune(self) -> None:
+        """The oldest records go while over the byte limit (never the newest), and
+        expired ones at the front."""
         records = self._records
-        while records:
-            oldest, size = next(iter(records.values()))
-            over = (
-                (self.max_bytes and self.bytes > self.max_bytes)
-                or (self.max_records is not None and len(records) > self.max_records)
-                or self._expired(oldest)
-            )
-            if not over:
+        while len(records) > 1:
+            oldest = next(iter(records.values()))
+            if not ((self.max_bytes and self.bytes > self.max_bytes) or self._expired(oldest)):
                 return
             records.popitem(last=False)
-            self.bytes -= size
+            self.bytes -= oldest.size
+
+
+async def _measure(record: StoredResponse) -> int:
+    """`len(record.encode())`, in a worker thread: a record may be megabytes (a long
+    input), and measuring it on the event loop would stall every other client."""
+    return len(await asyncio.to_thread(record.encode))

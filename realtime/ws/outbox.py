@@ -22,9 +22,14 @@ from the engine. `offer` never waits (for teardown, when waiting is wrong) and
 drops the frame if there is no room.
 
 Frames are serialized (orjson) when they are sent, not when they are queued, so a
-held chunk can still be folded. A failed send means the peer is gone: `on_gone`
-is called once and every later frame is dropped; the session's teardown takes it
-from there.
+held chunk can still be folded. Serializing and writing a frame costs time in
+proportion to its size, on the event loop: after a frame of `LARGE_FRAME_BYTES`
+or more the sender yields to the loop, so a burst of large frames (twenty
+retrieves of a 4 MB Realtime item) holds the other clients up for one frame at a
+time, not for the burst. A small frame (a token) costs no task switch.
+
+A failed send means the peer is gone: `on_gone` is called once and every later
+frame is dropped; the session's teardown takes it from there.
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ log = logging.getLogger("realtime.ws")
 
 #: The kind of frame ("chunk", "done", ...): the sent-frames metric's label.
 Kind = str
+
+#: A frame this large yields the event loop once it is written (`Outbox._transmit`).
+LARGE_FRAME_BYTES = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -229,7 +237,10 @@ class Outbox:
         self._busy = True
         self.send_started = started = self._clock()
         try:
-            await self._send({"type": "websocket.send", "text": orjson.dumps(frame).decode()})
+            text = orjson.dumps(frame).decode()
+            await self._send({"type": "websocket.send", "text": text})
+            if len(text) >= LARGE_FRAME_BYTES:  # let the loop's other clients run
+                await asyncio.sleep(0)
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -27,6 +27,16 @@ It also marks a handshake refused with an HTTP response (the denial extension,
 used for 401/403/503) as finished, which uvicorn 0.54 forgets, logging
 "ASGI callable returned without completing handshake" for every refusal.
 
+Keepalive under backpressure. uvicorn reads one message at a time: it stops
+reading the TCP socket while a message waits for the app, and the session stops
+taking messages while its request queue is full (backpressure). A client's pong
+then sits unread behind its own pipelined requests, and uvicorn's pong deadline
+would close a client that did answer (1011 "keepalive ping timeout"), dropping
+every request it had queued. Here a deadline that passes while reading is paused
+is not the client's fault: it is set again once the server reads again, and
+only a deadline that passes while the server is reading closes the connection.
+A pong read late still schedules the next ping.
+
 And it tells the app whether the socket can take a frame without waiting: the
 scope's `extensions["realtime.writable"]` is uvicorn's own flag (an
 `asyncio.Event`, clear while the write buffer is above its high-water mark). The
@@ -46,7 +56,8 @@ from realtime.ws.handshake import redacting_copy
 from realtime.ws.server_protocol import RealtimeServerProtocol
 
 if TYPE_CHECKING:
-    from uvicorn._types import ASGISendEvent
+    from uvicorn._types import ASGIReceiveEvent, ASGISendEvent
+    from websockets.frames import Frame
     from websockets.http11 import Request
 
 #: The scope extension that carries the socket's writability flag.
@@ -59,6 +70,9 @@ INVALID_UTF8_REASON = "invalid UTF-8 in a text frame"
 
 class RealtimeWebSocketProtocol(WebSocketsSansIOProtocol):
     _failed = False
+    #: The pong deadline passed while the server was not reading: it is set again once
+    #: reading resumes.
+    _pong_overdue = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -175,6 +189,37 @@ class RealtimeWebSocketProtocol(WebSocketsSansIOProtocol):
         if closing and self.close_timer is not None:
             self.close_timer.cancel()
             self.close_timer = self.loop.call_later(self.close_timeout, self._close_or_abort)
+
+    # --- keepalive under backpressure ---
+
+    def keepalive_timeout(self) -> None:
+        if self.read_paused and not self.close_sent and not self.transport.is_closing():
+            # The server stopped reading (the app's backpressure): the pong may be in the
+            # socket, unread. Wait again once reading resumes (`receive`).
+            self.pong_timer = None
+            self._pong_overdue = True
+            return
+        self._pong_overdue = False
+        super().keepalive_timeout()
+
+    def handle_pong(self, event: Frame) -> None:
+        answered = (
+            self.pending_ping_payload is not None and bytes(event.data) == self.pending_ping_payload
+        )
+        deadline_set = self.pong_timer is not None
+        super().handle_pong(event)  # with a deadline set, it schedules the next ping
+        if answered and self._pong_overdue:
+            self._pong_overdue = False
+            if not deadline_set:  # read late, with no deadline running: keep pinging
+                self.schedule_ping()
+
+    async def receive(self) -> ASGIReceiveEvent:
+        message = await super().receive()
+        if self._pong_overdue and not self.read_paused and self.pong_timer is None:
+            # Reading again: the client has a full timeout for its pong to be read.
+            assert self.ping_timeout is not None
+            self.pong_timer = self.loop.call_later(self.ping_timeout, self.keepalive_timeout)
+        return message
 
     def _close_or_abort(self) -> None:
         self.close_timer = None

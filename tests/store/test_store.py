@@ -1,9 +1,17 @@
-"""The response stores: memory and SQLite, one contract, and what only SQLite does."""
+"""The response stores: one suite for every implementation of `ResponseStore`, and what only
+SQLite does.
+
+Every test taking `make_store` runs against each store in `STORES` (a networked
+store joins by adding its factory there); the semantics are `realtime.store.base`'s
+docstring: durable and visible on return, bounded writes, owners, an exact order,
+retention by age and by bytes that never deletes a record within its limits.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +19,7 @@ from typing import Any
 import pytest
 
 from realtime.store import MemoryResponseStore, ResponseStore, StoredResponse
+from realtime.store.base import StoreError
 from realtime.store.sqlite import FILENAME, SQLiteResponseStore
 
 
@@ -42,14 +51,20 @@ def run(coroutine: Any) -> Any:
 
 StoreFactory = Callable[..., ResponseStore]
 
+#: Every store implementation: a name and how to open one in a test's directory with
+#: `max_age_seconds`, `max_bytes` and `clock`. A store that keeps records across
+#: instances (a file, a database) opens the same records each time it is called.
+STORES: dict[str, Callable[[Path, dict[str, Any]], ResponseStore]] = {
+    "memory": lambda directory, options: MemoryResponseStore(**options),
+    "sqlite": lambda directory, options: SQLiteResponseStore(directory / "store", **options),
+}
 
-@pytest.fixture(params=["memory", "sqlite"])
+
+@pytest.fixture(params=sorted(STORES))
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
     def factory(**options: Any) -> ResponseStore:
         options.setdefault("clock", Clock())
-        if request.param == "memory":
-            return MemoryResponseStore(**options)
-        return SQLiteResponseStore(tmp_path / "store", **options)
+        return STORES[request.param](tmp_path, options)
 
     return factory
 
@@ -93,29 +108,6 @@ def test_chains_are_walked_newest_first_and_name_a_missing_link(make_store: Stor
     run(go())
 
 
-def test_a_chain_reads_pending_records_over_written_ones(make_store: StoreFactory) -> None:
-    """A record is in the chain as soon as `put` returns, still being written or written
-    (for SQLite: from memory, then from the file)."""
-
-    async def go() -> None:
-        store = make_store()
-        assert isinstance(store, (MemoryResponseStore, SQLiteResponseStore))
-        await store.put(record("a"))
-        await store.put(record("b", "a"))
-        assert [r.id for r in (await store.chain("b", None, 10)).records] == ["b", "a"]
-        if isinstance(store, SQLiteResponseStore):
-            await store.flush()  # a and b written: read back from the file
-        await store.put(record("c", "b"))  # pending, over written ones
-        chain = await store.chain("c", None, 10)
-        assert [r.id for r in chain.records] == ["c", "b", "a"] and chain.missing is None
-        truncated = await store.chain("c", None, 2)
-        assert truncated.truncated and len(truncated.records) == 2
-        assert (await store.chain("c", store.owner(b"k"), 10)).missing == "c"
-        await store.close()
-
-    run(go())
-
-
 def test_old_records_expire(make_store: StoreFactory) -> None:
     clock = Clock()
 
@@ -141,9 +133,103 @@ def test_the_oldest_records_go_beyond_the_byte_limit(make_store: StoreFactory) -
         store = make_store(max_bytes=size * 3 + size // 2)
         for i in range(6):
             await store.put(record(f"r{i}", at=1_000_000.0 + i))
-        await store.flush()  # type: ignore[attr-defined]
         kept = [i for i in range(6) if await store.get(f"r{i}", None) is not None]
         assert kept == [3, 4, 5]
+        await store.close()
+
+    run(go())
+
+
+def test_a_record_is_visible_and_sized_when_put_returns(make_store: StoreFactory) -> None:
+    async def go() -> None:
+        store = make_store()
+        r = record("r1")
+        await store.put(r)
+        assert r.size == len(r.encode())
+        found = await store.get("r1", None)
+        assert found is not None and found.size == r.size
+        chain = await store.chain("r1", None, 5)
+        assert [c.size for c in chain.records] == [r.size]
+        await store.close()
+
+    run(go())
+
+
+def test_order_is_the_order_of_puts_not_of_timestamps(make_store: StoreFactory) -> None:
+    """Records made in the same second (or put out of their `created_at` order) keep
+    the order they were put in: the byte limit removes the first put first."""
+    size = len(record("r0").encode())
+
+    async def go() -> None:
+        store = make_store(max_bytes=size * 3)
+        # the same whole second, then an earlier one: neither decides the order
+        for i, at in enumerate([1_000_000.2, 1_000_000.7, 1_000_000.4, 999_999.0]):
+            await store.put(record(f"r{i}", at=at))
+        kept = [i for i in range(4) if await store.get(f"r{i}", None) is not None]
+        assert kept == [1, 2, 3]
+        await store.put(record("r1", at=1_000_000.9))  # put again: now the newest
+        await store.put(record("r4"))
+        kept = [i for i in range(5) if await store.get(f"r{i}", None) is not None]
+        assert kept == [1, 3, 4]
+        await store.close()
+
+    run(go())
+
+
+@pytest.mark.parametrize("limit_in_records", [1, 2, 5])
+def test_the_byte_limit_keeps_exactly_the_newest_that_fit(
+    make_store: StoreFactory, limit_in_records: int
+) -> None:
+    """After every put, a record is kept if it and every newer record fit within
+    `max_bytes` (sizes vary); the newest is kept even alone over the limit."""
+    texts = ["a" * n for n in (10, 900, 30, 4000, 5, 700, 60, 2500, 1, 300)]
+
+    async def go() -> None:
+        sizes = [len(record(f"r{i}", text=t).encode()) for i, t in enumerate(texts)]
+        max_bytes = sorted(sizes)[len(sizes) // 2] * limit_in_records
+        store = make_store(max_bytes=max_bytes)
+        for n, text in enumerate(texts):
+            await store.put(record(f"r{n}", text=text))
+            expected, total = [], 0
+            for i in range(n, -1, -1):
+                total += sizes[i]
+                if i != n and total > max_bytes:
+                    break
+                expected.append(i)
+            kept = [i for i in range(n + 1) if await store.get(f"r{i}", None) is not None]
+            assert kept == sorted(expected), (n, max_bytes)
+        await store.close()
+
+    run(go())
+
+
+def test_the_age_limit_counts_from_the_precise_creation_time(make_store: StoreFactory) -> None:
+    """A record made at x.9 s is kept until x.9 + max_age, not deleted at x + max_age."""
+    clock = Clock()
+
+    async def go() -> None:
+        store = make_store(max_age_seconds=10, clock=clock)
+        made = clock.now + 0.9
+        await store.put(record("r", at=made))
+        clock.now = made + 9.95
+        await store.put(record("later", at=clock.now))  # a write may prune: not this one
+        assert await store.get("r", None) is not None
+        assert (await store.chain("r", None, 5)).records
+        clock.now = made + 10.05
+        assert await store.get("r", None) is None
+        assert not await store.delete("r", None)
+        await store.close()
+
+    run(go())
+
+
+def test_a_put_again_replaces_the_record(make_store: StoreFactory) -> None:
+    async def go() -> None:
+        store = make_store()
+        await store.put(record("r", text="first"))
+        await store.put(record("r", text="second, longer"))
+        found = await store.get("r", None)
+        assert found is not None and found.response["output"] == [{"text": "second, longer"}]
         await store.close()
 
     run(go())
@@ -177,34 +263,6 @@ def test_sqlite_keeps_records_and_owners_across_a_restart(tmp_path: Path) -> Non
         assert b"key" not in secret and len(secret) == 32
 
 
-def test_sqlite_serves_a_record_before_its_write_is_done(tmp_path: Path) -> None:
-    async def go() -> None:
-        store = SQLiteResponseStore(tmp_path, clock=Clock())
-        gate = asyncio.Event()
-        # hold the store's thread, so the write below waits behind it
-        blocker = asyncio.get_running_loop().run_in_executor(
-            store._executor, lambda: asyncio.run_coroutine_threadsafe(gate.wait(), loop).result()
-        )
-        await store.put(record("r1"))
-        await store.put(record("r2", "r1"))
-        assert store._pending  # nothing is written yet
-        assert await store.get("r1", None) is not None
-        chain = await store.chain("r2", None, 5)
-        assert [r.id for r in chain.records] == ["r2", "r1"]
-        gate.set()
-        await blocker
-        await store.close()
-
-    loop = asyncio.new_event_loop()
-    try:
-        loop.run_until_complete(go())
-    finally:
-        loop.close()
-    store = SQLiteResponseStore(tmp_path, clock=Clock())
-    assert run(store.get("r2", None)) is not None
-    run(store.close())
-
-
 def test_an_unusable_directory_or_a_newer_file_is_refused(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
@@ -214,3 +272,85 @@ def test_an_unusable_directory_or_a_newer_file_is_refused(tmp_path: Path) -> Non
         db.execute("PRAGMA user_version = 99")
     with pytest.raises(ValueError, match="newer version"):
         SQLiteResponseStore(tmp_path)
+
+
+def test_sqlite_put_returns_once_committed_to_the_file(tmp_path: Path) -> None:
+    """What `put` returned for is in the file: another connection reads it at once."""
+
+    async def go() -> None:
+        store = SQLiteResponseStore(tmp_path, clock=Clock())
+        for i in range(5):
+            await store.put(record(f"r{i}"))
+            with sqlite3.connect(tmp_path / FILENAME) as db:
+                ids = {row[0] for row in db.execute("SELECT id FROM responses")}
+            assert f"r{i}" in ids
+        await store.close()
+
+    run(go())
+
+
+def test_sqlite_writes_are_bounded_and_wait_for_room(tmp_path: Path) -> None:
+    """With its writer busy, at most `max_pending_writes` puts are queued; the next waits
+    (backpressure) and goes on once one is written."""
+
+    async def go() -> None:
+        store = SQLiteResponseStore(tmp_path, clock=Clock(), max_pending_writes=3)
+        gate = threading.Event()
+        store._writer.submit(gate.wait)  # the writer's thread is busy
+        puts = [asyncio.create_task(store.put(record(f"r{i}"))) for i in range(5)]
+        await asyncio.sleep(0.2)
+        assert store._writer._work_queue.qsize() == 3  # the blocker ran; 3 writes queued
+        assert not any(put.done() for put in puts)
+        gate.set()
+        await asyncio.gather(*puts)
+        assert all([await store.get(f"r{i}", None) for i in range(5)])
+        await store.close()
+
+    run(go())
+
+
+def test_sqlite_a_failed_write_raises_store_error(tmp_path: Path) -> None:
+    async def go() -> None:
+        store = SQLiteResponseStore(tmp_path, clock=Clock())
+        with sqlite3.connect(tmp_path / FILENAME) as db:  # a write the database refuses
+            db.execute(
+                "CREATE TRIGGER refuse BEFORE INSERT ON responses WHEN NEW.id = 'bad'"
+                " BEGIN SELECT RAISE(ABORT, 'the disk says no'); END"
+            )
+        with pytest.raises(StoreError, match="the disk says no"):
+            await store.put(record("bad"))
+        await store.put(record("ok"))  # the store carries on
+        assert await store.get("ok", None) is not None
+        await store.close()
+
+    run(go())
+
+
+def test_sqlite_migrates_a_first_version_file_in_creation_order(tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / FILENAME) as db:
+        db.executescript(
+            """
+            CREATE TABLE responses (id TEXT PRIMARY KEY, owner TEXT, previous_response_id TEXT,
+                created_at REAL NOT NULL, size INTEGER NOT NULL, data BLOB NOT NULL);
+            CREATE INDEX responses_created_at ON responses (created_at);
+            CREATE TABLE meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+            PRAGMA user_version = 1;
+            """
+        )
+        for rid, at in [("b", 2.0), ("a", 1.0), ("c", 3.0)]:
+            data = record(rid, at=at).encode()
+            db.execute(
+                "INSERT INTO responses VALUES (?, NULL, NULL, ?, ?, ?)", (rid, at, len(data), data)
+            )
+
+    async def go() -> None:
+        size = len(record("a").encode())
+        store = SQLiteResponseStore(tmp_path, clock=Clock(), max_age_seconds=0, max_bytes=size * 3)
+        await store.put(record("d"))  # over the limit: the oldest by creation goes
+        assert await store.get("a", None) is None
+        assert all([await store.get(rid, None) for rid in ("b", "c", "d")])
+        await store.close()
+
+    run(go())
+    with sqlite3.connect(tmp_path / FILENAME) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 2

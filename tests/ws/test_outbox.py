@@ -10,7 +10,7 @@ import pytest
 
 from realtime.chat.coalesce import fold_chunk
 from realtime.chat.delta import DeltaGenerator
-from realtime.ws.outbox import Outbox
+from realtime.ws.outbox import LARGE_FRAME_BYTES, Outbox
 
 pytestmark = pytest.mark.anyio
 
@@ -207,3 +207,45 @@ async def test_flush_gives_up_after_its_timeout() -> None:
     box.close()
     stuck.cancel()
     await asyncio.gather(stuck, return_exceptions=True)
+
+
+async def test_a_burst_of_large_frames_lets_other_tasks_run_between_them() -> None:
+    """Writing a large frame is input-sized work on the event loop: the outbox yields
+    after each, so other clients are held up for one frame, never a whole burst (the
+    socket stays writable all along, so nothing else would yield)."""
+    sock = FakeSocket()
+    box = sock.outbox(capacity=32, knows_writable=True)
+    large = {"type": "conversation.item.retrieved", "text": "x" * LARGE_FRAME_BYTES}
+    order: list[str] = []
+
+    async def neighbour() -> None:
+        for _ in range(5):
+            order.append("neighbour")
+            await asyncio.sleep(0)
+
+    async def burst() -> None:
+        for _ in range(5):
+            await box.put(large, "event")
+            order.append("frame")
+
+    await asyncio.gather(burst(), neighbour())
+    assert len(sock.sent) == 5
+    # the neighbour ran between the frames, not after all of them
+    assert order.index("neighbour") < order.index("frame") + 2
+    assert order[: order.index("neighbour")].count("frame") <= 1
+    assert "frame" in order[order.index("neighbour") + 1 :]
+
+
+async def test_small_frames_are_sent_without_a_task_switch() -> None:
+    sock = FakeSocket()
+    box = sock.outbox()
+    order: list[str] = []
+
+    async def neighbour() -> None:
+        order.append("neighbour")
+
+    task = asyncio.create_task(neighbour())
+    for chunk in _chunks(3):
+        await box.put(chunk, "chunk", "r1")
+    assert order == []  # the three sends ran without giving the loop away
+    await task

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from realtime.dialects.chat.request import ResponseFormat, SharedRequestFields
 from realtime.protocol.errors import InvalidRequestError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits, check_stop_strings
-from realtime.protocol.validation import validation_error_to_client
+from realtime.protocol.validation import validate_body
 
 TokenId = Annotated[int, Field(ge=0)]
 Prompt = str | list[str] | list[TokenId] | list[list[TokenId]]
@@ -65,12 +65,7 @@ class CompletionRequest(SharedRequestFields):
 def parse_completion_request(
     data: Any, limits: InputLimits = DEFAULT_INPUT_LIMITS
 ) -> CompletionRequest:
-    if not isinstance(data, dict):
-        raise InvalidRequestError("the request body must be a JSON object")
-    try:
-        request = CompletionRequest.model_validate(data)
-    except ValidationError as exc:
-        raise validation_error_to_client(exc) from None
+    request = validate_body(CompletionRequest, data)
     check_stop_strings(request.stop_strings, limits)
     return request
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from typing_extensions import Self
 
 from realtime.dialects.chat.messages import Message
 from realtime.protocol.errors import InvalidRequestError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits, check_stop_strings
-from realtime.protocol.validation import validation_error_to_client
+from realtime.protocol.validation import validate_body
 
 
 class _Strict(BaseModel):
@@ -248,11 +248,6 @@ def parse_chat_request(
     """Validate a decoded JSON body; every failure becomes one specific 400 error.
 
     The body's nesting depth was checked when it was decoded (`json_input`)."""
-    if not isinstance(data, dict):
-        raise InvalidRequestError("the request body must be a JSON object")
-    try:
-        request = ChatCompletionRequest.model_validate(data)
-    except ValidationError as exc:
-        raise validation_error_to_client(exc) from None
+    request = validate_body(ChatCompletionRequest, data)
     check_stop_strings(request.stop_strings, limits)
     return request

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from typing_extensions import Self
 
 from realtime.dialects.chat.build import conversation_items
@@ -31,7 +31,7 @@ from realtime.protocol.errors import (
     UnsupportedFeatureError,
 )
 from realtime.protocol.generation_request import GenerationRequest
-from realtime.protocol.validation import validation_error_to_client
+from realtime.protocol.validation import validate_body
 
 
 class _Strict(BaseModel):
@@ -80,12 +80,7 @@ class DetokenizeResponse(BaseModel):
 
 
 def _parse(model: type[_Strict], data: Any) -> Any:
-    if not isinstance(data, dict):
-        raise InvalidRequestError("the request body must be a JSON object")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise validation_error_to_client(exc) from None
+    return validate_body(model, data)
 
 
 def _check_model(pipeline: ChatPipeline, model: str | None) -> None:

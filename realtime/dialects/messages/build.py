@@ -67,7 +67,7 @@ from realtime.protocol.generation_request import (
     Stopping,
 )
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits, check_stop_strings
-from realtime.protocol.validation import validation_error_to_client
+from realtime.protocol.validation import validate_body, validation_error_to_client
 
 #: What Claude Code's first system text starts with (its billing line).
 BILLING_HEADER = "x-anthropic-billing-header:"
@@ -133,12 +133,7 @@ def parse_count_tokens_request(data: Any) -> CountTokensRequest:
 
 
 def _validate(model: type[PromptRequest], data: Any) -> PromptRequest:
-    if not isinstance(data, dict):
-        raise InvalidRequestError("the request body must be a JSON object")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise validation_error_to_client(exc) from None
+    return validate_body(model, data)
 
 
 def messages_generation(

@@ -1,16 +1,18 @@
 """The session's conversation: its items in order, as the server shows them.
 
 Items are kept as the dicts the server sends (`conversation.item.added`,
-`.retrieved`, `response.done`), so showing one costs nothing. An item the
-model is still writing is the very dict its response keeps filling, so a
-`conversation.item.retrieve` shows it as far as it got. The conversation is
-bounded by item count and by characters (`EventLimits`), checked before an item
+`.retrieved`, `response.done`), so showing one costs nothing: an item is never
+changed once complete, so `conversation.item.retrieve` sends the item itself,
+whatever its size (no copy on the event loop). An item the model is still
+writing is the very dict its response keeps filling; a retrieve sends a copy of
+it as far as it got (one text part, or the arguments so far). The conversation
+is bounded by item count, characters and bytes (`EventLimits`; each item's
+content parts by `max_item_parts` when it is decoded), checked before an item
 goes in.
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Any, NoReturn
 
 from realtime.dialects.realtime_events.errors import (
@@ -20,7 +22,11 @@ from realtime.dialects.realtime_events.errors import (
     ItemNotFoundError,
 )
 from realtime.dialects.realtime_events.ids import new_call_id, new_item_id
-from realtime.dialects.realtime_events.limits import EventLimits
+from realtime.dialects.realtime_events.limits import (
+    ITEM_OVERHEAD_BYTES,
+    PART_OVERHEAD_BYTES,
+    EventLimits,
+)
 from realtime.dialects.realtime_events.models import (
     AssistantMessageItem,
     FunctionCallItem,
@@ -70,14 +76,35 @@ def item_chars(item: dict[str, Any]) -> int:
     return len(item["output"])
 
 
+def item_bytes(item: dict[str, Any]) -> int:
+    """What an item counts against the byte limit: its strings in UTF-8, plus a fixed
+    cost per item and per content part (`limits.py`)."""
+    size = ITEM_OVERHEAD_BYTES + _utf8(item["id"])
+    kind = item["type"]
+    if kind == "message":
+        for part in item["content"]:
+            size += PART_OVERHEAD_BYTES + _utf8(part.get("text") or "")
+    elif kind == "function_call":
+        size += _utf8(item["call_id"]) + _utf8(item["name"]) + _utf8(item["arguments"])
+    else:
+        size += _utf8(item["call_id"]) + _utf8(item["output"])
+    return size
+
+
+def _utf8(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode())
+
+
 class Conversation:
     def __init__(self, limits: EventLimits):
         self.limits = limits
         self._order: list[str] = []
         self._items: dict[str, dict[str, Any]] = {}
-        #: Characters of every settled item; one being written counts when it settles.
+        #: Characters and bytes of every settled item; one being written counts when it
+        #: settles.
         self.chars = 0
-        self._counted: dict[str, int] = {}
+        self.bytes = 0
+        self._counted: dict[str, tuple[int, int]] = {}
 
     def __len__(self) -> int:
         return len(self._order)
@@ -92,10 +119,18 @@ class Conversation:
         return item
 
     def snapshot(self, item_id: str) -> dict[str, Any]:
-        """A copy of an item, safe to send while its response goes on writing it."""
-        return copy.deepcopy(self.get(item_id))
+        """The item as it is now, safe to send while its response goes on writing it: a
+        complete item itself (never changed again), one being written a copy of its
+        dict and parts (a few; not its strings)."""
+        item = self.get(item_id)
+        if item.get("status") != "in_progress":
+            return item
+        copied = dict(item)
+        if "content" in copied:
+            copied["content"] = [dict(part) for part in copied["content"]]
+        return copied
 
-    def check_room(self, chars: int) -> None:
+    def check_room(self, chars: int, size: int = 0) -> None:
         """Refuse an item that would take the conversation past its limits."""
         if len(self._order) >= self.limits.max_items:
             raise ConversationFullError(
@@ -109,6 +144,13 @@ class Conversation:
                 "characters (this server's --realtime-max-conversation-chars); delete some items",
                 param="item",
             )
+        if self.bytes + size > self.limits.max_conversation_bytes:
+            raise ConversationFullError(
+                f"the conversation would hold more than {self.limits.max_conversation_bytes} "
+                "bytes (this server's --realtime-max-conversation-bytes, counting each item "
+                "and content part); delete some items",
+                param="item",
+            )
 
     def add(self, item: dict[str, Any], previous_item_id: str | None = None) -> str | None:
         """Insert `item` after `previous_item_id` (`root`: first; None: last).
@@ -119,8 +161,10 @@ class Conversation:
             raise DuplicateItemIdError(
                 f"an item with id {item_id!r} is already in the conversation", param="item.id"
             )
-        chars = item_chars(item) if item.get("status") != "in_progress" else 0
-        self.check_room(chars)
+        settled = item.get("status") != "in_progress"
+        chars = item_chars(item) if settled else 0
+        size = item_bytes(item) if settled else 0
+        self.check_room(chars, size)
         if previous_item_id is None:
             position = len(self._order)
         elif previous_item_id == ROOT:
@@ -134,8 +178,9 @@ class Conversation:
             position = self._order.index(previous_item_id) + 1
         self._order.insert(position, item_id)
         self._items[item_id] = item
-        self._counted[item_id] = chars
+        self._counted[item_id] = (chars, size)
         self.chars += chars
+        self.bytes += size
         return self._order[position - 1] if position > 0 else None
 
     def settle(self, item_id: str) -> None:
@@ -143,15 +188,24 @@ class Conversation:
         item = self._items.get(item_id)
         if item is None:
             return
-        chars = item_chars(item)
-        self.chars += chars - self._counted[item_id]
-        self._counted[item_id] = chars
+        chars, size = item_chars(item), item_bytes(item)
+        old_chars, old_size = self._counted[item_id]
+        self.chars += chars - old_chars
+        self.bytes += size - old_size
+        self._counted[item_id] = (chars, size)
 
-    def delete(self, item_id: str) -> None:
+    def delete(self, item_id: str) -> str | None:
+        """Remove an item; returns the id of the item before it (None: it was first),
+        which now precedes the item that followed it."""
         self.get(item_id)
-        self._order.remove(item_id)
+        position = self._order.index(item_id)
+        previous = self._order[position - 1] if position > 0 else None
+        self._order.pop(position)
         del self._items[item_id]
-        self.chars -= self._counted.pop(item_id)
+        chars, size = self._counted.pop(item_id)
+        self.chars -= chars
+        self.bytes -= size
+        return previous
 
     def truncate(self, item_id: str, content_index: int) -> NoReturn:
         """Always refused: truncation cuts an assistant message's *audio*, which text mode has not.

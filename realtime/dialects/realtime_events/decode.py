@@ -19,6 +19,7 @@ from realtime.dialects.realtime_events.errors import (
     EventError,
     UnknownEventError,
 )
+from realtime.dialects.realtime_events.limits import DEFAULT_MAX_ITEM_PARTS
 from realtime.dialects.realtime_events.models import (
     AUDIO_EVENTS,
     CLIENT_EVENTS,
@@ -67,8 +68,12 @@ _MCP_ITEMS = frozenset(
 )
 
 
-def decode_event(text: str | bytes, limits: InputLimits) -> ClientEvent:
-    """One client event from a text frame. Raises EventError (the socket stays open)."""
+def decode_event(
+    text: str | bytes, limits: InputLimits, max_item_parts: int = DEFAULT_MAX_ITEM_PARTS
+) -> ClientEvent:
+    """One client event from a text frame. Raises EventError (the socket stays open).
+
+    `max_item_parts`: content parts an item may have (counted before it is validated)."""
     try:
         data = parse_json(text, limits.max_json_depth)
     except orjson.JSONDecodeError as exc:
@@ -83,12 +88,12 @@ def decode_event(text: str | bytes, limits: InputLimits) -> ClientEvent:
     client_event_id = event_id if isinstance(event_id, str) and len(event_id) <= 64 else None
     try:
         check_shape(data, limits.max_json_depth, limits.max_json_values)
-        return _event(data)
+        return _event(data, max_item_parts)
     except RealtimeError as exc:
         raise EventError(exc, client_event_id) from None
 
 
-def _event(data: dict[str, Any]) -> ClientEvent:
+def _event(data: dict[str, Any], max_parts: int) -> ClientEvent:
     kind = data.get("type")
     if not isinstance(kind, str):
         raise InvalidRequestError("an event needs a string 'type'", param="type")
@@ -120,7 +125,7 @@ def _event(data: dict[str, Any]) -> ClientEvent:
                     f"session.{name} is not supported by this server", param=f"session.{name}"
                 )
     elif isinstance(event, ItemCreateEvent):
-        event._parsed = parse_item(event.item, "item")
+        event._parsed = parse_item(event.item, "item", max_parts)
     elif isinstance(event, ResponseCreateEvent) and event.response is not None:
         response = event.response
         check_generation(response, "response")
@@ -129,7 +134,7 @@ def _event(data: dict[str, Any]) -> ClientEvent:
                 "response.conversation must be 'auto' or 'none'", param="response.conversation"
             )
         for index, entry in enumerate(response.input or ()):
-            parse_input_entry(entry, f"response.input.{index}")
+            parse_input_entry(entry, f"response.input.{index}", max_parts)
         check_metadata(response.metadata)
     return event
 
@@ -202,8 +207,17 @@ def parse_tool_choice(data: Any, param: str) -> ToolChoice:
     return choice
 
 
-def parse_item(data: dict[str, Any], param: str) -> Item:
-    """A conversation item the client sent, in text mode."""
+def parse_item(data: dict[str, Any], param: str, max_parts: int) -> Item:
+    """A conversation item the client sent, in text mode, with at most `max_parts`
+    content parts (counted first: validating each would be the work the limit bounds)."""
+    content = data.get("content")
+    if isinstance(content, list) and len(content) > max_parts:
+        raise InvalidRequestError(
+            f"{param}.content has {len(content)} parts; an item may have at most {max_parts}"
+            " (this server's --realtime-max-item-parts)",
+            param=f"{param}.content",
+            code="too_many_content_parts",
+        )
     kind = data.get("type")
     if kind == "message":
         role = data.get("role")
@@ -250,12 +264,12 @@ def _check_text_parts(
             raise InvalidRequestError(f"{where}.text is required", param=f"{where}.text")
 
 
-def parse_input_entry(data: dict[str, Any], param: str) -> Item | ItemReference:
+def parse_input_entry(data: dict[str, Any], param: str, max_parts: int) -> Item | ItemReference:
     """One entry of `response.create`'s `input`: an item, or a reference to one."""
     if data.get("type") == "item_reference":
         reference: ItemReference = validate(ItemReference, data, param)
         return reference
-    return parse_item(data, param)
+    return parse_item(data, param, max_parts)
 
 
 def check_metadata(metadata: dict[str, str] | None) -> None:

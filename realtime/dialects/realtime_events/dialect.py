@@ -90,16 +90,19 @@ class RealtimeEventDialect:
         action = reply.action
         if isinstance(action, StartResponse):
             self._starts[action.renderer.id] = action
+            # What its prepare renders: the conversation, or the frame's own input (an
+            # out-of-band response's); large, and it is prepared off the event loop.
+            size = len(text) + self.session.conversation.bytes
             return Submit(
                 action.renderer.id,
                 action.request,
-                size=self.session.conversation.chars,
+                size=size,
                 context=action,
                 label=reply.label,
                 response_id=action.renderer.id,
             )
-        if isinstance(action, CancelResponse):
-            return Cancel(action.response_id, label=reply.label)
+        if isinstance(action, CancelResponse):  # events (an item deleted) after the cancel
+            return Cancel(action.response_id, label=reply.label, frames=tuple(reply.events))
         kind = "error" if reply.label == "rejected" else "event"
         return Reply(reply.events, kind, label=reply.label)
 

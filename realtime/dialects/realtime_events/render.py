@@ -10,6 +10,10 @@ order, then `response.done` with the output, the status and the usage.
 Reasoning text is not shown (the API has no event for it, so it is no item and
 leaves the open message open). Items are added to the conversation as they open,
 through `on_item`, unless the response is out of band.
+
+An item the client deletes from the conversation (`forget`) gets no event after
+its `conversation.item.deleted`: its deltas and its closing events are not
+rendered, and `response.done` leaves it out of the output.
 """
 
 from __future__ import annotations
@@ -108,6 +112,8 @@ class ResponseRenderer:
         self._previous: dict[str, str | None] = {}
         #: `response.created` was rendered (a response cancelled while queued never was).
         self.announced = False
+        #: Ids of output items the client deleted: nothing more is rendered for them.
+        self._forgotten: set[str] = set()
 
     # --- the response object ---
 
@@ -122,7 +128,7 @@ class ResponseRenderer:
             "object": "realtime.response",
             "status": status,
             "status_details": details,
-            "output": [_copy(item) for item in self.output],
+            "output": [_copy(item) for item in self.output if item["id"] not in self._forgotten],
             "conversation_id": self._conversation_id,
             "output_modalities": ["text"],
             "max_output_tokens": self._config.max_output_tokens,
@@ -147,8 +153,29 @@ class ResponseRenderer:
             self._render(change, events)
         return events
 
+    def writes(self, item_id: str) -> bool:
+        """Whether `item_id` is one of this response's output items."""
+        return any(item["id"] == item_id for item in self.output)
+
+    def forget(self, item_id: str) -> bool:
+        """The client deleted output item `item_id`: render nothing more for it. True
+        when the model was still writing it."""
+        self._forgotten.add(item_id)
+        return any(
+            item["id"] == item_id and item["status"] == "in_progress" for item in self.output
+        )
+
+    def relink(self, deleted: str, previous: str | None) -> None:
+        """Conversation item `deleted` is gone: an item of this response that followed
+        it now follows `previous`."""
+        for item_id, before in self._previous.items():
+            if before == deleted:
+                self._previous[item_id] = previous
+
     def _render(self, change: ItemChange, events: list[dict[str, Any]]) -> None:
         item = change.item
+        if item.id in self._forgotten:  # deleted by the client: no event names it again
+            return
         if isinstance(change, ItemOpened):
             self._opened(item, events)
         elif isinstance(change, ItemDelta):

@@ -17,10 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from realtime.dialects.realtime_events.build import realtime_generation
-from realtime.dialects.realtime_events.conversation import Conversation, item_object
+from realtime.dialects.realtime_events.conversation import (
+    Conversation,
+    item_bytes,
+    item_chars,
+    item_object,
+)
 from realtime.dialects.realtime_events.decode import decode_event, parse_input_entry
 from realtime.dialects.realtime_events.errors import (
     ActiveResponseError,
+    ConversationFullError,
     EventError,
     NoActiveResponseError,
     TooManyResponsesError,
@@ -134,7 +140,7 @@ class EventSession:
 
     def receive(self, text: str | bytes) -> EventReply:
         try:
-            event = decode_event(text, self.input_limits)
+            event = decode_event(text, self.input_limits, self.limits.max_item_parts)
         except EventError as exc:
             return EventReply([error_event(self.event_id(), exc.error, exc.client_event_id)])
         try:
@@ -152,16 +158,7 @@ class EventSession:
         if isinstance(event, ItemCreateEvent):
             return EventReply(self._create_item(event))
         if isinstance(event, ItemDeleteEvent):
-            self.conversation.delete(event.item_id)
-            return EventReply(
-                [
-                    {
-                        "type": "conversation.item.deleted",
-                        "event_id": self.event_id(),
-                        "item_id": event.item_id,
-                    }
-                ]
-            )
+            return self._delete_item(event.item_id)
         if isinstance(event, ItemRetrieveEvent):
             return EventReply(
                 [
@@ -178,6 +175,28 @@ class EventSession:
             return self._create_response(event)
         assert isinstance(event, ResponseCancelEvent)
         return EventReply(action=CancelResponse(self._to_cancel(event.response_id)))
+
+    def _delete_item(self, item_id: str) -> EventReply:
+        """Remove an item. No event names it after `conversation.item.deleted`: a
+        response writing it is cancelled (the answer had nowhere left to go), one that
+        finished writing it goes on and leaves it out of its `response.done`. An item
+        of a running response that followed the deleted one is shown after the one
+        before it (its `conversation.item.done` never names the deleted item)."""
+        previous = self.conversation.delete(item_id)
+        for active in self.active.values():
+            active.renderer.relink(item_id, previous)
+        deleted = {
+            "type": "conversation.item.deleted",
+            "event_id": self.event_id(),
+            "item_id": item_id,
+        }
+        for response_id, active in self.active.items():
+            renderer = active.renderer
+            if active.in_conversation and renderer.writes(item_id):
+                if renderer.forget(item_id):
+                    return EventReply([deleted], CancelResponse(response_id))
+                break
+        return EventReply([deleted])
 
     def _create_item(self, event: ItemCreateEvent) -> list[dict[str, Any]]:
         item = item_object(event.parsed)
@@ -207,6 +226,7 @@ class EventSession:
                     self._input_item(entry, f"response.input.{index}")
                     for index, entry in enumerate(settings.input)
                 ]
+                self._check_input(items)
         overrides = settings.model_fields_set if settings is not None else set()
         check_tool_choice(config, "response" if {"tools", "tool_choice"} & overrides else "session")
         if len(self.active) >= self.limits.max_active_responses:
@@ -234,8 +254,31 @@ class EventSession:
         self.active[renderer.id] = _Active(renderer, in_conversation)
         return EventReply(action=StartResponse(request, renderer, event.event_id))
 
+    def _check_input(self, items: list[dict[str, Any]]) -> None:
+        """A response's own input is held while it runs: the conversation's limits bound
+        it as they bound the conversation."""
+        limits = self.limits
+        if len(items) > limits.max_items:
+            raise ConversationFullError(
+                f"response.input has {len(items)} items; at most {limits.max_items}"
+                " (this server's --realtime-max-items)",
+                param="response.input",
+            )
+        if sum(item_chars(item) for item in items) > limits.max_conversation_chars:
+            raise ConversationFullError(
+                f"response.input holds more than {limits.max_conversation_chars} characters"
+                " (this server's --realtime-max-conversation-chars)",
+                param="response.input",
+            )
+        if sum(item_bytes(item) for item in items) > limits.max_conversation_bytes:
+            raise ConversationFullError(
+                f"response.input holds more than {limits.max_conversation_bytes} bytes"
+                " (this server's --realtime-max-conversation-bytes)",
+                param="response.input",
+            )
+
     def _input_item(self, entry: dict[str, Any], param: str) -> dict[str, Any]:
-        parsed = parse_input_entry(entry, param)
+        parsed = parse_input_entry(entry, param, self.limits.max_item_parts)
         if isinstance(parsed, ItemReference):
             return self.conversation.get(parsed.id, param=f"{param}.id")
         return item_object(parsed)

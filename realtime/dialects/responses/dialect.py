@@ -7,8 +7,10 @@ What the openai SDK's `client.responses.connect()` (and its lanes,
 * `response.create` -> `Submit` in the lane of its `stream_id` (creates without
   one share the default lane): a lane runs one response at a time, in order;
   lanes run concurrently, up to the socket's slots. Parsing reads nothing: a
-  create with a bad field or for another model is accepted as rejected and
-  answered with its `error` event in its lane's turn.
+  create with a bad field is answered with its `error` event at once, one for
+  another model in its lane's turn. A large create (a frame of `OFF_LOOP_CHARS`
+  or more) is validated by its job in a worker thread, so its errors come in its
+  lane's turn too.
 * `response.steer` -> `Reply`: `response.steer.accepted` when the running response
   it names (on this socket, in the lane the steer names if it names one) queued
   it, else `response.steer.failed` with the SDK's code (`steering.py`); the run
@@ -50,7 +52,9 @@ from realtime.dialects.responses.socket_codec import (
     DEFAULT_MAX_STREAMS,
     ConnectionLimitError,
     Create,
+    LargeCreate,
     ResponsesSocketCodec,
+    model_refusal,
 )
 from realtime.dialects.responses.socket_job import TERMINAL_EVENTS, ResponseJob
 from realtime.dialects.responses.steering import (
@@ -60,7 +64,7 @@ from realtime.dialects.responses.steering import (
     accepted_event,
     failed_event,
 )
-from realtime.protocol.errors import InvalidRequestError, ModelNotFoundError, RealtimeError
+from realtime.protocol.errors import InvalidRequestError, RealtimeError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
 from realtime.session.commands import Command, Frame, Reply, Submit
 from realtime.session.dialect import DialectContext, DialectFactory, DoneStatus, SessionView
@@ -185,11 +189,12 @@ class ResponsesDialect:
         self._last_lane = stream_id
         lane = stream_id if stream_id is not None else DEFAULT_LANE
         turn = _Turn(stream_id)
-        if event.model != self.model_name:
-            error = ModelNotFoundError(
-                f"The model `{event.model}` does not exist. Available: {self.model_name}",
-                param="model",
-            )
+        if event is None:  # large: its job validates it, off the event loop
+            assert create.data is not None
+            large = LargeCreate(create.data, self.codec.limits)
+            return Submit(None, large, None, lane, create.size, turn, label="response.create")
+        error = model_refusal(event, self.model_name)
+        if error is not None:
             return Submit(None, None, error, lane, create.size, turn, label="response.create")
         return Submit(None, event, None, lane, create.size, turn, label="response.create")
 

@@ -1,4 +1,4 @@
-"""The Responses API's own client errors: unknown ids and broken conversation chains.
+"""The Responses API's own errors: unknown ids, broken conversation chains, a failed store.
 
 Each is a `RealtimeError`, so both transports show it the way they show every
 other error (an HTTP error body, or an `error` event on the socket).
@@ -6,7 +6,7 @@ other error (an HTTP error body, or an `error` event on the socket).
 
 from __future__ import annotations
 
-from realtime.protocol.errors import InvalidRequestError
+from realtime.protocol.errors import InvalidRequestError, RealtimeError
 
 
 class ResponseNotFoundError(InvalidRequestError):
@@ -51,3 +51,16 @@ class NotCancellableError(InvalidRequestError):
             " foreground. Close the stream (or the connection) to stop a response.",
             param="response_id",
         )
+
+
+class StoreUnavailableError(RealtimeError):
+    """The response store could not keep or read a record (its disk, its database).
+
+    A response that could not be stored is not acknowledged: it ends
+    `response.failed` (a 503 over HTTP) instead of `response.completed`, and the
+    client may send it again."""
+
+    status = 503
+    error_type = "service_unavailable"
+    default_code = "store_unavailable"
+    retryable = True

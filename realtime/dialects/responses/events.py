@@ -239,6 +239,22 @@ class ResponseEvents:
         out.append(self._event("response.failed", response=response))
         return out
 
+    def not_stored(
+        self, terminal: list[dict[str, Any]], error: RealtimeError
+    ) -> list[dict[str, Any]]:
+        """`terminal` (from `finish`, not sent yet) with its last event, the response's
+        end, made `response.failed` with `error`: the response could not be stored, so
+        it is not acknowledged (its items were closed as they were)."""
+        self.error = error
+        response = self.response
+        response["status"] = "failed"
+        response["error"] = error.to_body()["error"]
+        response["completed_at"] = None
+        response["incomplete_details"] = None
+        end = terminal[-1]
+        failed = {"type": "response.failed", "response": response}
+        return [*terminal[:-1], {**failed, "sequence_number": end["sequence_number"]}]
+
     def error_event(self, error: RealtimeError) -> dict[str, Any]:
         """An `error` event: for a stream that cannot end with its terminal event
         (the server's shutdown grace ran out, or an unexpected failure)."""

@@ -16,7 +16,9 @@ model is strict as the chat request is: an unknown field is a 400
 
 The normal form is what the store keeps and `GET /v1/responses/{id}/input_items`
 returns: every item with an id (the client's, or a new random one), string
-content as one text part, and a status.
+content as one text part, and a status. Ids are unique within a response: an
+input that gives one id to two items is refused (400 `duplicate_item_id`,
+naming the second), and the server's own ids are 128 random bits.
 """
 
 from __future__ import annotations
@@ -180,7 +182,28 @@ def normalize_input(raw: str | list[Any] | None) -> list[dict[str, Any]]:
         return []
     if isinstance(raw, str):
         return [_message("user", [{"type": "input_text", "text": raw}], None, None)]
-    return [_normalize_item(item, f"input.{index}") for index, item in enumerate(raw)]
+    items = [_normalize_item(item, f"input.{index}") for index, item in enumerate(raw)]
+    _check_unique_ids(items)
+    return items
+
+
+def _check_unique_ids(items: list[dict[str, Any]]) -> None:
+    """Ids are unique within a response: an id given twice is a 400 naming the second.
+
+    (An item is found by its id: `input_items`' `after` cursor, a client's own
+    bookkeeping. Renaming the second copy would hand back an id the client never
+    sent; keeping both would make `after` ambiguous.)"""
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        item_id = item["id"]
+        if item_id in seen:
+            raise InvalidRequestError(
+                f"Duplicate item id {item_id!r} in input: input.{index}.id repeats an"
+                " earlier item's id; item ids must be unique within a response",
+                param=f"input.{index}.id",
+                code="duplicate_item_id",
+            )
+        seen.add(item_id)
 
 
 def _normalize_item(item: Any, where: str) -> dict[str, Any]:

@@ -29,13 +29,12 @@ continuations on that socket may reference and nobody else can see.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any
-
-import orjson
+from typing import Any, TypeVar
 
 from realtime.dialects.responses import ids
 from realtime.dialects.responses.build import responses_conversation, responses_generation
@@ -45,6 +44,7 @@ from realtime.dialects.responses.errors import (
     NotCancellableError,
     PreviousResponseNotFoundError,
     ResponseNotFoundError,
+    StoreUnavailableError,
 )
 from realtime.dialects.responses.events import ResponseEvents, responses_usage
 from realtime.dialects.responses.objects import new_response
@@ -56,16 +56,18 @@ from realtime.dialects.responses.steering import (
     SteerFailure,
     Steering,
     failed_steer_event,
-    steer_messages,
+    steer_items,
 )
 from realtime.model.generation import FinishReason
 from realtime.pipeline import ChatPipeline, PreparedChat
 from realtime.pipeline.events import Finish, Step, Usage
-from realtime.pipeline.offload import prepare_chat
+from realtime.pipeline.offload import off_loop, prepare_chat
 from realtime.protocol.errors import InvalidRequestError, PromptTooLongError, RealtimeError
 from realtime.protocol.generation_request import GenerationRequest
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
-from realtime.store.base import Chain, ResponseStore, StoredResponse
+from realtime.store.base import Chain, ResponseStore, StoredResponse, StoreError
+
+T = TypeVar("T")
 
 #: Responses followed back from a `previous_response_id` at most. The prompt's
 #: token budget ends a long conversation far sooner; this bounds the lookups.
@@ -100,10 +102,13 @@ class PreparedResponse:
     #: The tokens of the passes a steer ended (each steer runs a new pass), and of an
     #: automatic compaction's summary.
     prior: Usage | None = None
-    #: The context's items (history, then input): what automatic compaction compacts.
-    context: list[dict[str, Any]] | None = None
+    #: With automatic compaction: the stored history (its items, then the input, are
+    #: what is compacted); None without `context_management`.
+    history: list[StoredResponse] | None = None
     #: The compaction item automatic compaction made (sent as the first output item).
     compaction: dict[str, Any] | None = None
+    #: When it was created, not rounded (what the store's age limit counts from).
+    created_at: float = 0.0
 
     @property
     def id(self) -> str:
@@ -138,6 +143,8 @@ class ResponsePlan:
     generation: GenerationRequest
     events: ResponseEvents
     generate: bool
+    #: When the response was created (`time.time()`; the Response shows it whole).
+    created_at: float
 
 
 class ResponsesService:
@@ -205,18 +212,48 @@ class ResponsesService:
     ) -> PreparedResponse:
         """The response planned from its stored history (read here, awaited) and its
         input: the chat request, the event builder, where it is kept. `size`: the
-        characters of the frame it came in. Raises RealtimeError."""
-        history = await self._history(request.previous_response_id, owner, local)
-        plan = self.plan(request, history, stream=stream, warm_next_turn=warm_next_turn)
-        if history:  # a long conversation is prepared off the event loop (`prepare_chat`)
-            size += len(orjson.dumps(history))
+        characters of the frame it came in. Raises RealtimeError.
+
+        The records' sizes are known before any work (the store counts them), so a
+        long conversation is rebuilt, and later prepared, in a worker thread
+        (`off_loop`): tens of thousands of items would stall every client's loop."""
+        records = await self._history(request.previous_response_id, owner, local)
+        size += sum(record.size for record in records)
+        work = functools.partial(
+            self._plan_from,
+            request,
+            records,
+            stream=stream,
+            warm_next_turn=warm_next_turn,
+        )
+        plan = await off_loop(work, size)
         keep = self.store if request.stores else local
         prepared = PreparedResponse(
-            request, plan.generation, plan.events, keep, owner, plan.generate, session_id, size
+            request,
+            plan.generation,
+            plan.events,
+            keep,
+            owner,
+            plan.generate,
+            session_id,
+            size,
+            created_at=plan.created_at,
         )
         if request.compact_threshold is not None:
-            prepared.context = [*history, *request.items]
+            prepared.history = records
         return prepared
+
+    def _plan_from(
+        self,
+        request: ResponsesRequest,
+        records: list[StoredResponse],
+        *,
+        stream: bool,
+        warm_next_turn: bool,
+    ) -> ResponsePlan:
+        return self.plan(
+            request, history_items(records), stream=stream, warm_next_turn=warm_next_turn
+        )
 
     async def build_prompt(self, prepared: PreparedResponse, *, stream: bool) -> PreparedChat:
         """`ChatPipeline.prepare` of the response's request (off the event loop when it
@@ -226,15 +263,17 @@ class ResponsesService:
         try:
             chat = await self._prepare_chat(prepared, stream)
         except PromptTooLongError:
-            if prepared.context is None or prepared.compaction is not None:
+            if prepared.history is None or prepared.compaction is not None:
                 raise
             chat = None
-        if prepared.context is not None and prepared.compaction is None:
+        if prepared.history is not None and prepared.compaction is None:
             threshold = prepared.request.compact_threshold or int(
                 DEFAULT_THRESHOLD_SHARE * self.pipeline.engine.info.context_length
             )
             if chat is None or chat.usage.prompt_tokens > threshold:
-                await self._compact(prepared, prepared.context)
+                history = prepared.history
+                items = await off_loop(functools.partial(history_items, history), prepared.size)
+                await self._compact(prepared, [*items, *prepared.request.items])
                 chat = await self._prepare_chat(prepared, stream)
         assert chat is not None
         prepared.chat = chat
@@ -269,7 +308,10 @@ class ResponsesService:
         """`POST /v1/responses/compact`: the context (the chain of `previous_response_id`,
         then `input`) compacted; OpenAI's `response.compaction` object. Nothing is stored."""
         request, items = parse_compact_request(data)
-        history = await self._history(request.previous_response_id, owner, None)
+        records = await self._history(request.previous_response_id, owner, None)
+        history = await off_loop(
+            functools.partial(history_items, records), sum(r.size for r in records)
+        )
         result = await compact(
             self.pipeline, request.model, [*history, *items], instructions=request.instructions
         )
@@ -296,15 +338,19 @@ class ResponsesService:
             request, history, generate=generate, warm_next_turn=warm_next_turn
         )
         tokenizer = self.pipeline.engine.info.tokenizer
+        created_at = time.time()
         response = new_response(
-            request, response_id=ids.response_id(), model=self.pipeline.model_name
+            request,
+            response_id=ids.response_id(),
+            model=self.pipeline.model_name,
+            created_at=int(created_at),
         )
         events = ResponseEvents(
             response,
             logprobs=request.wants_logprobs,
             count_tokens=lambda text: len(tokenizer.encode(text)),
         )
-        return ResponsePlan(generation, events, generate)
+        return ResponsePlan(generation, events, generate, created_at)
 
     async def events(
         self,
@@ -365,9 +411,15 @@ class ResponsesService:
             # A warm-up's one token is not an answer: it is complete, never cut off.
             reason = finish.reason if finish is not None and prepared.generate else None
             terminal = events.finish(reason, prepared.tokens())
-        # Stored before the terminal event, so a continuation sent the moment it
-        # arrives finds it (the SQLite store returns at once and writes on its thread).
-        await self._keep(prepared)
+        # Stored before the terminal event, so what a client is told is stored is (the
+        # store returns once the record is durable), and a continuation sent the moment
+        # the terminal event arrives finds it. A record that cannot be stored makes the
+        # response fail instead: it is never acknowledged.
+        try:
+            await self._keep(prepared)
+        except StoreError as exc:
+            if events.error is None:
+                terminal = events.not_stored(terminal, StoreUnavailableError(str(exc)))
         for event in failed:
             yield event
         for event in terminal:
@@ -404,7 +456,7 @@ class ResponsesService:
         conversation = (
             *generation.conversation,
             *marks.since(prepared.events.output_items),
-            *steer_messages(steers),
+            *steer_items(steers),
         )
         prepared.generation = dataclasses.replace(
             generation, conversation=conversation, max_tokens=limit
@@ -450,7 +502,7 @@ class ResponsesService:
             StoredResponse(
                 id=response["id"],
                 owner=prepared.owner,
-                created_at=float(response["created_at"]),
+                created_at=prepared.created_at or float(response["created_at"]),
                 previous_response_id=request.previous_response_id,
                 response=response,
                 input_items=request.items
@@ -460,19 +512,19 @@ class ResponsesService:
 
     async def _history(
         self, previous_id: str | None, owner: str | None, local: ResponseStore | None
-    ) -> list[dict[str, Any]]:
-        """The items of every response along the chain, oldest first (none without one)."""
+    ) -> list[StoredResponse]:
+        """The records along the chain, newest first (none without one)."""
         if previous_id is None:
             return []
         walk = _ChainWalk(previous_id, self.max_chain)
         stores = [local, self.store] if local is not None else [self.store]
         while walk.next_id is not None:
             for store in stores:
-                if walk.add(await store.chain(walk.next_id, owner, walk.room)):
+                if walk.add(await _reading(store.chain(walk.next_id, owner, walk.room))):
                     break
             else:
                 raise PreviousResponseNotFoundError(previous_id, walk.next_id)
-        return walk.items()
+        return walk.records
 
     # --- stored responses ---
 
@@ -481,7 +533,7 @@ class ResponsesService:
     ) -> tuple[StoredResponse, ResponseStore]:
         for store in (local, self.store):
             if store is not None:
-                record = await store.get(response_id, owner)
+                record = await _reading(store.get(response_id, owner))
                 if record is not None:
                     return record, store
         raise ResponseNotFoundError(response_id)
@@ -503,33 +555,17 @@ class ResponsesService:
         local: ResponseStore | None = None,
     ) -> dict[str, Any]:
         """A page of the response's input items (OpenAI's list object, newest first by
-        default). `after` is the id of the last item of the previous page."""
+        default). `after` is the id of the last item of the previous page. Paged in a
+        worker thread when the record is large."""
         record, _ = await self._find(response_id, owner, local)
-        items = list(record.input_items)
-        if order == "desc":
-            items.reverse()
-        if after is not None:
-            positions = [i for i, item in enumerate(items) if item.get("id") == after]
-            if not positions:
-                raise InvalidRequestError(
-                    f"after: no input item with id '{after}' in response '{response_id}'",
-                    param="after",
-                )
-            items = items[positions[0] + 1 :]
-        page = items[:limit]
-        return {
-            "object": "list",
-            "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-            "has_more": len(items) > limit,
-        }
+        work = functools.partial(input_items_page, record, after=after, limit=limit, order=order)
+        return await off_loop(work, record.size)
 
     async def delete(
         self, response_id: str, owner: str | None, local: ResponseStore | None = None
     ) -> dict[str, Any]:
         _, store = await self._find(response_id, owner, local)
-        if not await store.delete(response_id, owner):
+        if not await _reading(store.delete(response_id, owner)):
             raise ResponseNotFoundError(response_id)
         return {"id": response_id, "object": "response", "deleted": True}
 
@@ -571,10 +607,46 @@ class _ChainWalk:
         self.next_id = chain.missing
         return True
 
-    def items(self) -> list[dict[str, Any]]:
-        """Each response's input items, then its output, oldest first."""
-        items: list[dict[str, Any]] = []
-        for record in reversed(self.records):
-            items += record.input_items
-            items += record.response.get("output") or []
-        return items
+
+def history_items(records: list[StoredResponse]) -> list[dict[str, Any]]:
+    """Each record's input items, then its output, oldest first (`records`: newest first)."""
+    items: list[dict[str, Any]] = []
+    for record in reversed(records):
+        items += record.input_items
+        items += record.response.get("output") or []
+    return items
+
+
+def input_items_page(
+    record: StoredResponse, *, after: str | None, limit: int, order: str
+) -> dict[str, Any]:
+    """One page of `record`'s input items. Each page starts after the last item whose id
+    is `after` (ids are unique within a response; in a record stored before they had to
+    be, the last of equal ids), so following `last_id` always moves forward and ends."""
+    items = record.input_items
+    ordered = list(reversed(items)) if order == "desc" else list(items)
+    start = 0
+    if after is not None:
+        positions = [i for i, item in enumerate(ordered) if item.get("id") == after]
+        if not positions:
+            raise InvalidRequestError(
+                f"after: no input item with id '{after}' in response '{record.id}'",
+                param="after",
+            )
+        start = positions[-1] + 1
+    page = ordered[start : start + limit]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(ordered) > start + limit,
+    }
+
+
+async def _reading(operation: Awaitable[T]) -> T:
+    """A store operation, its `StoreError` as the client's 503."""
+    try:
+        return await operation
+    except StoreError as exc:
+        raise StoreUnavailableError(str(exc)) from None

@@ -39,7 +39,12 @@ import orjson
 from realtime.dialects.responses.events import socket_error_event
 from realtime.dialects.responses.request import ResponseCreateEvent, parse_responses_request
 from realtime.dialects.responses.steering import Steer, SteerRefused, parse_steer
-from realtime.protocol.errors import InvalidRequestError, RealtimeError
+from realtime.pipeline.offload import OFF_LOOP_CHARS
+from realtime.protocol.errors import (
+    InvalidRequestError,
+    ModelNotFoundError,
+    RealtimeError,
+)
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
 from realtime.protocol.json_input import load_json
 
@@ -69,12 +74,17 @@ class ConnectionLimitError(InvalidRequestError):
 
 @dataclass(frozen=True, slots=True)
 class Create:
-    """Run this response on lane `stream_id` (None: the default lane)."""
+    """Run this response on lane `stream_id` (None: the default lane).
 
-    event: ResponseCreateEvent
+    `event` is the validated create; None for a large frame (`OFF_LOOP_CHARS` or more),
+    whose decoded `data` is validated by its job, in a worker thread (validating tens
+    of thousands of input items takes the event loop for a second)."""
+
+    event: ResponseCreateEvent | None
     stream_id: str | None
     #: characters of the frame (large requests are prepared off the event loop)
     size: int
+    data: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +100,33 @@ class Refuse:
 
 
 ClientCommand = Create | Refuse | Steer | SteerRefused
+
+
+@dataclass(frozen=True, slots=True)
+class LargeCreate:
+    """A large `response.create`, decoded, to be validated off the event loop by its job."""
+
+    data: dict[str, Any]
+    limits: InputLimits
+
+    def parse(self) -> ResponseCreateEvent:
+        return parse_create(self.data, self.limits)
+
+
+def model_refusal(event: ResponseCreateEvent, model_name: str) -> ModelNotFoundError | None:
+    """The error for a create naming a model this server does not serve (None: it does)."""
+    if event.model == model_name:
+        return None
+    return ModelNotFoundError(
+        f"The model `{event.model}` does not exist. Available: {model_name}", param="model"
+    )
+
+
+def parse_create(data: dict[str, Any], limits: InputLimits) -> ResponseCreateEvent:
+    """A decoded `response.create`, validated as an HTTP create is. Raises RealtimeError."""
+    event = parse_responses_request(data, limits, ResponseCreateEvent)
+    assert isinstance(event, ResponseCreateEvent)
+    return event
 
 
 class ResponsesSocketCodec:
@@ -181,11 +218,12 @@ class ResponsesSocketCodec:
                 ),
                 stream_id,
             )
+        if size >= OFF_LOOP_CHARS:  # validated by its job, off the event loop
+            return Create(None, stream_id, size, data)
         try:
-            event = parse_responses_request(data, self.limits, ResponseCreateEvent)
+            event = parse_create(data, self.limits)
         except RealtimeError as exc:
             return Refuse(exc, stream_id)
-        assert isinstance(event, ResponseCreateEvent)
         return Create(event, stream_id, size)
 
     # --- server events ---

@@ -1,6 +1,7 @@
 """One `response.create` of a WebSocket-mode socket, as a session job: HTTP's run, framed.
 
-`prepare` reads the response's stored history (`ResponsesService.begin`: the
+`prepare` validates a large create (`LargeCreate`, in a worker thread), then reads
+the response's stored history (`ResponsesService.begin`: the
 socket's own `store: false` responses, then the server's store, awaited) before
 anything is sent, so a `previous_response_id` that is not found is answered with
 an `error` event, as a create that could not be parsed is. `output` is the run
@@ -23,8 +24,10 @@ from typing import Any
 from realtime.dialects.responses.events import ResponseEvents
 from realtime.dialects.responses.request import ResponseCreateEvent
 from realtime.dialects.responses.service import PreparedResponse, ResponsesService
+from realtime.dialects.responses.socket_codec import LargeCreate, model_refusal
 from realtime.dialects.responses.steering import Steer, SteerFailure, Steering
 from realtime.pipeline.events import Usage
+from realtime.pipeline.offload import off_loop
 from realtime.session.job import Observe, Timer
 from realtime.store.base import ResponseStore
 
@@ -41,7 +44,7 @@ class ResponseJob:
     def __init__(
         self,
         service: ResponsesService,
-        event: ResponseCreateEvent,
+        event: ResponseCreateEvent | LargeCreate,
         *,
         owner: str | None,
         local: ResponseStore,
@@ -61,8 +64,14 @@ class ResponseJob:
         self._on_step: Observe | None = None
 
     async def prepare(self) -> None:
+        event = self.event
+        if isinstance(event, LargeCreate):  # validated here, off the event loop
+            event = self.event = await off_loop(event.parse, self.size)
+            error = model_refusal(event, self.service.pipeline.model_name)
+            if error is not None:
+                raise error
         self.prepared = await self.service.begin(
-            self.event,
+            event,
             stream=True,
             owner=self.owner,
             local=self.local,

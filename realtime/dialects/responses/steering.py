@@ -248,7 +248,7 @@ class AnswerMarks:
         return tuple(out)
 
 
-def steer_messages(steers: Sequence[Steer]) -> tuple[Item, ...]:
+def steer_items(steers: Sequence[Steer]) -> tuple[Item, ...]:
     """The steers' input as user messages of the conversation."""
     out: list[Item] = []
     for steer in steers:

@@ -9,7 +9,7 @@ from realtime.dialects.responses.steering import (
     Steering,
     SteerRefused,
     parse_steer,
-    steer_messages,
+    steer_items,
 )
 from realtime.pipeline.items import OutputItem
 from realtime.protocol.conversation import FunctionCall, Message, Reasoning
@@ -32,7 +32,7 @@ def test_a_string_or_user_messages_are_accepted_in_normal_form() -> None:
     assert isinstance(parsed, Steer)
     (item,) = parsed.input
     assert item["type"] == "message" and item["role"] == "user" and item["id"].startswith("msg_")
-    assert steer_messages([parsed, steer("more")]) == (
+    assert steer_items([parsed, steer("more")]) == (
         Message("user", ("hi",)),
         Message("user", ("more",)),
     )
