@@ -133,4 +133,6 @@ def _steering_unsupported(prepared: PreparedResponse) -> str | None:
         return "a warm-up (generate: false) generates nothing to steer"
     if prepared.request.compact_threshold is not None:
         return "a response with automatic compaction (context_management) takes no steers"
+    if prepared.generation.format is not None:
+        return "a structured answer (text.format) cannot be resumed mid-value by a steer"
     return None

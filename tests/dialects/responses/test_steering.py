@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+import pytest
+
+from realtime.dialects.responses.request import ResponseCreateEvent, parse_responses_request
+from realtime.dialects.responses.socket_job import ResponseJob
 from realtime.dialects.responses.steering import (
     MAX_STEER_ITEMS,
     AnswerMarks,
@@ -13,6 +20,8 @@ from realtime.dialects.responses.steering import (
 )
 from realtime.pipeline.items import OutputItem
 from realtime.protocol.conversation import FunctionCall, Message, Reasoning
+from realtime.store import MemoryResponseStore
+from tests.dialects.responses.test_service import make_service
 
 
 def steer(text: str = "go on") -> Steer:
@@ -94,3 +103,35 @@ def test_each_pass_gets_the_answer_written_since_the_last() -> None:
         FunctionCall("call_1", "f", "{}"),
     )
     assert marks.since([thought, message, call]) == ()
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({"generate": False}, "warm-up"),
+        ({"context_management": [{"type": "compaction"}]}, "context_management"),
+        ({"text": {"format": {"type": "json_object"}}}, "text.format"),
+    ],
+)
+def test_responses_that_cannot_be_resumed_take_no_steers(fields: dict[str, Any], why: str) -> None:
+    service = make_service()
+    body = {"type": "response.create", "model": "echo", "input": "x", **fields}
+    event = parse_responses_request(body, model=ResponseCreateEvent)
+    assert isinstance(event, ResponseCreateEvent)
+    job = ResponseJob(
+        service, event, owner=None, local=MemoryResponseStore(), session_id="s", size=0
+    )
+    asyncio.run(job.prepare())
+    refused = job.steer(steer())
+    assert refused is not None and refused.code == "steering_not_supported"
+    assert why in refused.message
+    plain = ResponseJob(
+        service,
+        parse_responses_request({**body, **{k: None for k in fields}}, model=ResponseCreateEvent),  # type: ignore[arg-type]
+        owner=None,
+        local=MemoryResponseStore(),
+        session_id="s",
+        size=0,
+    )
+    asyncio.run(plain.prepare())
+    assert plain.steer(steer()) is None
