@@ -394,7 +394,12 @@ class ResponsesService:
                         elif prepared.generate:  # a warm-up: the prefill is the point
                             for event in events.step(step):
                                 yield event
-                            if steering is not None and steering.pending and events.can_steer:
+                            if (
+                                steering is not None
+                                and steering.pending
+                                and events.can_steer
+                                and _has_room(prepared)
+                            ):
                                 steered = True
                                 break  # closes the pipeline's iterator: the engine stops
                 if not steered and not self._steers_after(prepared, finish):
@@ -437,6 +442,7 @@ class ResponsesService:
             and finish.reason in (FinishReason.EOS, FinishReason.STOP)
             and prepared.events.can_steer
             and not prepared.events.ends_in_call
+            and _has_room(prepared)
         )
 
     async def _steer(
@@ -452,7 +458,7 @@ class ResponsesService:
         generation = prepared.generation
         limit = generation.max_tokens
         if prepared.request.max_output_tokens is not None and prepared.prior is not None:
-            limit = max(1, prepared.request.max_output_tokens - prepared.prior.completion_tokens)
+            limit = prepared.request.max_output_tokens - prepared.prior.completion_tokens
         conversation = (
             *generation.conversation,
             *marks.since(prepared.events.output_items),
@@ -606,6 +612,13 @@ class _ChainWalk:
         self.records += chain.records
         self.next_id = chain.missing
         return True
+
+
+def _has_room(prepared: PreparedResponse) -> bool:
+    """Whether the answer may grow: it has not used up `max_output_tokens`."""
+    limit = prepared.request.max_output_tokens
+    tokens = prepared.tokens()
+    return limit is None or tokens is None or tokens.completion_tokens < limit
 
 
 def history_items(records: list[StoredResponse]) -> list[dict[str, Any]]:

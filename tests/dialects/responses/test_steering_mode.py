@@ -255,3 +255,31 @@ def test_a_steer_joins_its_lanes_response_through_the_sdk_lane(
     assert all(f.get("stream_id") == stream_id for f in frames)
     assert any(f["type"] == "response.steer.accepted" for f in frames)
     assert frames[-1]["response"]["output"][0]["content"][0]["text"].endswith(SHORT_DRAGONS)
+
+
+def test_max_output_tokens_bounds_the_whole_steered_answer(server_factory: Any) -> None:
+    server = serve(server_factory, dragons=DRAGONS)
+    engine: ScriptedEngine = server.engine  # type: ignore[assignment]
+
+    async def go() -> list[dict[str, Any]]:
+        async with connect(ws_url(server)) as ws:
+            create = {"type": "response.create", "model": "scripted", "input": "Tell me a story"}
+            await ws.send(json.dumps({**create, "max_output_tokens": 10}))
+            frames: list[dict[str, Any]] = []
+            while True:
+                frame = json.loads(await ws.recv())
+                frames.append(frame)
+                deltas = [f for f in frames if f["type"] == "response.output_text.delta"]
+                if frame["type"] == "response.output_text.delta" and len(deltas) == 3:
+                    steer = {"type": "response.steer", "input": "make it about dragons"}
+                    target = frames[0]["response"]["id"]
+                    await ws.send(json.dumps({**steer, "previous_response_id": target}))
+                if frame["type"] in TERMINAL:
+                    return frames
+
+    frames = asyncio.run(go())
+    final = frames[-1]["response"]
+    assert frames[-1]["type"] == "response.incomplete"
+    assert final["usage"]["output_tokens"] == 10 == engine.stats.tokens_generated
+    text = final["output"][0]["content"][0]["text"]
+    assert text.startswith("Once upon") and "dragons" in text
