@@ -31,6 +31,7 @@ from tests.conftest import RunningServer, start_server
 from tests.fuzz.hostile_json import (
     every_deep_chat,
     hostile_chat_bodies,
+    hostile_compaction_bodies,
     hostile_completion_bodies,
     hostile_messages_bodies,
     hostile_responses_bodies,
@@ -199,7 +200,10 @@ def test_fuzzed_responses_bodies_never_get_a_5xx(
         print_blob=True,
         suppress_health_check=list(HealthCheck),
     )
-    @given(st.sampled_from(["/v1/responses", "/v1/responses/compact"]), hostile_responses_bodies)
+    @given(
+        st.sampled_from(["/v1/responses", "/v1/responses/compact"]),
+        hostile_responses_bodies | hostile_compaction_bodies,
+    )
     def one_body(path: str, body: str) -> None:
         if path.endswith("/compact"):
             body = _compact_fields(body)
