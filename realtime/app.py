@@ -33,6 +33,7 @@ from realtime.dialects.realtime_events.limits import EventLimits
 from realtime.dialects.realtime_events.selector import realtime_events
 from realtime.dialects.responses import ResponsesService
 from realtime.dialects.responses.dialect import SocketLimits
+from realtime.dialects.responses.reasoning_seal import ReasoningSeal
 from realtime.dialects.responses.selector import responses_mode
 from realtime.engine.auto import choose_engine
 from realtime.engine.base import Engine
@@ -64,6 +65,8 @@ from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.errors import RealtimeError
 from realtime.session.dialect import DialectSelector
 from realtime.store import MemoryResponseStore, ResponseStore
+from realtime.store.dsn import is_postgres_url
+from realtime.store.postgres import PostgresResponseStore
 from realtime.store.sqlite import SQLiteResponseStore
 from realtime.ws.endpoint import session_endpoint
 from realtime.ws.hub import SessionHub
@@ -228,16 +231,21 @@ def routes() -> list[BaseRoute]:
 
 
 def response_store(config: ServerConfig) -> ResponseStore:
-    """The store of `store: true` responses: SQLite under the configured directory, or
-    memory. Raises ValueError when the directory cannot hold it."""
+    """The store of `store: true` responses: PostgreSQL at a postgresql:// URL, SQLite
+    under a directory, or memory. Raises ValueError when it cannot be opened."""
     age, size = config.response_store_max_age_seconds, config.response_store_max_bytes
-    if config.response_store_dir is None:
+    location = config.response_store_dir
+    if location is None:
         log.info("stored responses are kept in memory (lost on restart; see --response-store)")
         return MemoryResponseStore(max_age_seconds=age, max_bytes=size)
-    refusal = store_url_refusal(config.response_store_dir)
+    refusal = store_url_refusal(location)
     if refusal is not None:  # the command line refuses it first; this is for embedders
         raise ValueError(f"response store: {refusal}")
-    return SQLiteResponseStore(config.response_store_dir, max_age_seconds=age, max_bytes=size)
+    if is_postgres_url(location):
+        store = PostgresResponseStore(location, max_age_seconds=age, max_bytes=size)
+        log.info("stored responses are kept in PostgreSQL at %s", store.where)
+        return store
+    return SQLiteResponseStore(location, max_age_seconds=age, max_bytes=size)
 
 
 def build_app(
@@ -272,7 +280,12 @@ def build_app(
         constraint_limits=constraint_limits(config),
         meter=vllm,
     )
-    responses = ResponsesService(pipeline, response_store(config), limits=input_limits(config))
+    responses = ResponsesService(
+        pipeline,
+        response_store(config),
+        limits=input_limits(config),
+        seal=ReasoningSeal(config.reasoning_key),
+    )
     hub = SessionHub(config.max_connections)
     ui = ui_routes() if config.ui else []
     sockets = socket_routes(ServerParts(config, pipeline, responses), protocols)
@@ -316,6 +329,9 @@ def build_app(
         },
         lifespan=lifespan,
     )
+    # Starlette would answer a path with a trailing slash it lacks by a redirect to the
+    # other spelling, built from the Host header (an open redirect): it is a 404.
+    app.router.redirect_slashes = False
     metrics.track(metrics.ws_open, lambda: len(hub))
     metrics.track(metrics.queue_depth, lambda: sum(s.queue_depth for s in hub))
     metrics.track(metrics.in_flight.labels("ws"), lambda: sum(s.accepted for s in hub))

@@ -156,7 +156,8 @@ def serve(config: ServerConfig, engine_choice: str | None = None) -> int:
         uvicorn_config,
     )
 
-    configure_logging(config.log_level, config.log_format, config.api_keys)
+    secrets = (*config.api_keys, *((config.reasoning_key,) if config.reasoning_key else ()))
+    configure_logging(config.log_level, config.log_format, secrets)
     if engine_choice is not None:
         logging.getLogger("realtime").info("--engine auto: %s", engine_choice)
     warning = open_server_warning(config)

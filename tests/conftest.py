@@ -30,6 +30,7 @@ from realtime.config import ServerConfig
 from realtime.engine.base import Engine
 from realtime.engine.echo import EchoEngine
 from realtime.server import RealtimeServer, ServerThread, loopback_socket, uvicorn_config
+from tests.postgres_fixtures import postgres_cluster, postgres_url  # noqa: F401 (fixtures)
 
 #: The tiny random-weight model (`tiny_model_dir`, `tiny_model_factory`) for every test,
 #: and tokenizers bound to the grammar engine (`binding`, `compiler`, `marker_*`).

@@ -206,8 +206,15 @@ class _ResponsesTurn:
 class ResponsesHttp:
     name = "responses (HTTP, previous_response_id)"
 
-    def __init__(self, base_url: str, script: AgentScript, settings: Settings) -> None:
-        self.client = httpx.AsyncClient(base_url=base_url, timeout=600)
+    def __init__(
+        self,
+        base_url: str,
+        script: AgentScript,
+        settings: Settings,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """`headers`: sent with every turn (a session header, for a proxy's affinity)."""
+        self.client = httpx.AsyncClient(base_url=base_url, timeout=600, headers=headers)
         self.script = script
         self.settings = settings
         self.previous: str | None = None

@@ -15,6 +15,7 @@ from bench.scenarios import (
     hostile,
     idle,
     latency,
+    replicas,
     soak,
     throughput,
 )
@@ -33,6 +34,7 @@ MODULES: tuple[ModuleType, ...] = (
     soak,
     agent_loop,
     agent_messages,
+    replicas,
 )
 
 

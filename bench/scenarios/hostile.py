@@ -27,6 +27,10 @@ The stateful surfaces (issue 27), where a small input asks for input-sized work:
 * `out-of-band input`: a Realtime `response.create` out of band (`conversation:
   none`) whose own `input` is one message of about 7 MB.
 
+Then the schema bombs (`schema_bombs.py`, issue 27): on a second server, the cpu
+engine, a neighbour's 8-token chat request next to two clients sending hostile
+`response_format` schemas, against the same request alone.
+
 Only neighbour requests sent while a hostile request is in flight count. The
 goal (issue 13): the neighbour's p99 under each hostile load within 2x its idle
 p99. Whatever the server does with each input (serve it, refuse it, or close the
@@ -49,6 +53,7 @@ from bench.machine_load import BACKGROUND, other_cores, snapshot
 from bench.payloads import MODEL, WS_PATH, answer_text
 from bench.procs import running, start_realtime
 from bench.results import Chart, Goal, ScenarioResult, Series, paired_ratios, percentile
+from bench.scenarios import schema_bombs
 from bench.wire import WsClient, is_terminal
 from realtime.protocol.input_limits import DEFAULT_MAX_STOP_CHARS, DEFAULT_MAX_STOP_STRINGS
 
@@ -56,7 +61,9 @@ NAME = "hostile"
 TITLE = "Hostile neighbour (a small request's latency next to hostile input)"
 SUMMARY = (
     "p99 latency of a neighbour's GET /health while another client sends a long stop list, a "
-    "large body, a wide JSON body or a large WebSocket frame, against its p99 on an idle server."
+    "large body, a wide JSON body or a large WebSocket frame, against its p99 on an idle server; "
+    "and of a neighbour's 8-token chat request on the cpu engine while two clients send hostile "
+    "schemas (schema bombs), against the same request alone."
 )
 
 IDLE, PLAIN = "idle", "stream, no stops"
@@ -411,6 +418,7 @@ def run(ctx: RunContext) -> ScenarioResult:
             if not server.alive():
                 raise RuntimeError(f"the server died: {server.log_tail()}")
     _judge(result)
+    schema_bombs.run_into(ctx, result, NAME)
     return result
 
 

@@ -34,7 +34,7 @@ from realtime.config.values import (
     api_key,
     engine_option,
     gpu_split,
-    store_directory,
+    store_location,
 )
 from realtime.engine.registry import engine_names
 from realtime.protocol.json_input import MAX_JSON_DEPTH_CEILING
@@ -435,6 +435,15 @@ FLAGS: tuple[Flag, ...] = (
         metavar="PATH",
     ),
     Flag(
+        "--reasoning-key",
+        "access",
+        "secret that seals reasoning items' encrypted_content on the Responses API (any"
+        " long random string; replicas share one). Default: random per process, so"
+        " encrypted reasoning does not survive a restart",
+        field="reasoning_key",
+        metavar="SECRET",
+    ),
+    Flag(
         "--allowed-origin",
         "access",
         "browser Origin allowed to connect, e.g. https://app.example.com (repeatable;"
@@ -555,6 +564,94 @@ FLAGS: tuple[Flag, ...] = (
             "grammars",
             "compiled grammars kept for reuse (a schema, a tool set with its `tool_choice`); the"
             " least recently used goes; a request whose grammar is not kept compiles it again",
+        ),
+    ),
+    Flag(
+        "--grammar-max-size",
+        "limits",
+        "symbols in one compiled grammar (a schema, a tool set); larger is refused with"
+        " 400 (default %(default)s; llguidance's max_grammar_size)",
+        field="grammar_max_size",
+        value=POSITIVE,
+        limit=Limit(
+            "symbols",
+            "in the grammar compiled from one request's schema or tool set (llguidance's"
+            " `max_grammar_size`); larger is 400 / `error` frame naming `response_format` or"
+            " `tools`, before the answer starts",
+        ),
+    ),
+    Flag(
+        "--grammar-compile-fuel",
+        "limits",
+        "lexer work to compile one grammar (about 50k a millisecond); more is refused"
+        " with 400 (default %(default)s; llguidance's initial_lexer_fuel)",
+        field="grammar_compile_fuel",
+        value=POSITIVE,
+        limit=Limit(
+            "fuel",
+            "lexer work to compile one grammar, about 50k a millisecond (llguidance's"
+            " `initial_lexer_fuel`): bounds the compile's time; more is 400 / `error` frame"
+            " naming the field, before the answer starts",
+        ),
+    ),
+    Flag(
+        "--grammar-step-fuel",
+        "limits",
+        "lexer work for one token's mask (about 14k a millisecond) (default %(default)s;"
+        " llguidance's step_lexer_fuel)",
+        field="grammar_step_fuel",
+        value=POSITIVE,
+        limit=Limit(
+            "fuel",
+            "lexer work for one token of a constrained answer, about 14k a millisecond"
+            " (llguidance's `step_lexer_fuel`); more is 400 before the answer starts when the"
+            " compile's trial of the first tokens meets it, else the answer ends with an"
+            " `invalid_request_error` naming the field",
+        ),
+    ),
+    Flag(
+        "--grammar-step-items",
+        "limits",
+        "parser items for one token of a constrained answer (about 20k a millisecond on"
+        " a quiet core) (default %(default)s; llguidance's step_max_items)",
+        field="grammar_step_items",
+        value=POSITIVE,
+        limit=Limit(
+            "items",
+            "Earley items for one token of a constrained answer (a mask, a token taken, the"
+            " bytes the grammar forces), about 20k a millisecond on a quiet core (llguidance's"
+            " `step_max_items`); the mask is computed off the engine's thread, so a costly"
+            " grammar slows only its own answer. More is 400 before the answer starts when"
+            " the compile's trial of the first tokens meets it, else the answer ends with an"
+            " `invalid_request_error` naming the field",
+        ),
+    ),
+    Flag(
+        "--grammar-row-items",
+        "limits",
+        "parser items in one row: the ways a grammar branches at one point (default"
+        " %(default)s; llguidance's max_items_in_row, whose own default, 2000, refuses"
+        " an object of 1,500 optional properties)",
+        field="grammar_row_items",
+        value=POSITIVE,
+        limit=Limit(
+            "items",
+            "Earley items in one row: the ways a grammar branches at one point (llguidance's"
+            " `max_items_in_row`); `--grammar-step-items` bounds a row too. More is refused"
+            " as for `--grammar-step-items`",
+        ),
+    ),
+    Flag(
+        "--grammar-lexer-states",
+        "limits",
+        "lexer states one grammar may build, 1-2 kB each (default %(default)s;"
+        " llguidance's max_lexer_states)",
+        field="grammar_lexer_states",
+        value=POSITIVE,
+        limit=Limit(
+            "states",
+            "lexer states one grammar may build, 1-2 kB of memory each (llguidance's"
+            " `max_lexer_states`); more is refused as for `--grammar-step-items`",
         ),
     ),
     Flag(
@@ -806,11 +903,13 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--response-store",
         "responses",
-        "directory of the SQLite file that keeps stored responses across restarts"
-        " (created if missing); default: in memory only, lost on restart",
+        "where stored responses are kept across restarts: a directory (a SQLite file"
+        " there, created if missing) or a postgresql://USER[:PASSWORD]@HOST[:PORT]/DB URL"
+        " (one store several replicas share; needs the postgres extra); default: in"
+        " memory only, lost on restart",
         field="response_store_dir",
-        value=store_directory,
-        metavar="DIR",
+        value=store_location,
+        metavar="DIR|URL",
     ),
     Flag(
         "--response-store-max-age",

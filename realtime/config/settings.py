@@ -82,8 +82,10 @@ class ServerConfig:
     realtime_max_tools: int = DEFAULT_MAX_TOOLS
 
     # /v1/responses
-    #: Directory of the SQLite response store (`store: true` responses, kept across
-    #: restarts); None keeps them in memory only (nothing is written unless asked).
+    #: Where `store: true` responses are kept across restarts: a directory (the SQLite
+    #: store) or a postgresql:// URL (the PostgreSQL store several replicas share; it may
+    #: hold a password, so it is only ever shown redacted); None keeps them in memory
+    #: only (nothing is written unless asked).
     response_store_dir: str | None = None
     #: Seconds a stored response is kept (OpenAI keeps them 30 days); 0 = no age limit.
     response_store_max_age_seconds: float = 30 * 24 * 3600.0
@@ -113,7 +115,16 @@ class ServerConfig:
     max_schema_bytes: int = _GRAMMAR_LIMITS.max_schema_bytes
     max_schema_depth: int = _GRAMMAR_LIMITS.max_schema_depth
     grammar_cache_size: int = _GRAMMAR_LIMITS.cache_size
+    grammar_max_size: int = _GRAMMAR_LIMITS.max_grammar_size
+    grammar_compile_fuel: int = _GRAMMAR_LIMITS.initial_lexer_fuel
+    grammar_step_fuel: int = _GRAMMAR_LIMITS.step_lexer_fuel
+    grammar_step_items: int = _GRAMMAR_LIMITS.step_max_items
+    grammar_row_items: int = _GRAMMAR_LIMITS.max_items_in_row
+    grammar_lexer_states: int = _GRAMMAR_LIMITS.max_lexer_states
     api_keys: tuple[str, ...] = ()
+    #: Seals reasoning items' `encrypted_content` (Responses API); None: a random key
+    #: per process. Replicas share one so each can read what another sealed.
+    reasoning_key: str | None = field(default=None, repr=False)
     allowed_origins: tuple[str, ...] = ()
     #: GET /metrics without an API key: routers and autoscalers scrape with none.
     open_metrics: bool = False
@@ -149,5 +160,11 @@ def constraint_limits(config: ServerConfig) -> ConstraintLimits:
     return ConstraintLimits(
         max_schema_bytes=config.max_schema_bytes,
         max_schema_depth=config.max_schema_depth,
+        max_grammar_size=config.grammar_max_size,
+        initial_lexer_fuel=config.grammar_compile_fuel,
+        step_lexer_fuel=config.grammar_step_fuel,
+        step_max_items=config.grammar_step_items,
+        max_items_in_row=config.grammar_row_items,
+        max_lexer_states=config.grammar_lexer_states,
         cache_size=config.grammar_cache_size,
     )

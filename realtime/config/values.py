@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from realtime.asgi.auth import validate_key
+from realtime.store.dsn import is_postgres_url
 
 
 @dataclass(frozen=True)
@@ -110,20 +111,23 @@ _URL_START = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 def store_url_refusal(text: str) -> str | None:
-    """Why `text` is no response-store directory: it looks like a URL
-    (`postgresql://host/db`), which would otherwise become `./postgresql:/host/db`.
-    Only the scheme is quoted: the rest of a URL may hold a password. None: a path."""
+    """Why `text` is no response store: a URL of another scheme than PostgreSQL's
+    (`redis://cache`), which would otherwise become `./redis:/cache`. Only the scheme
+    is quoted: the rest of a URL may hold a password. None: a directory, or a
+    `postgresql://` (`postgres://`) URL."""
     match = _URL_START.match(text)
-    if match is None:
+    if match is None or is_postgres_url(text):
         return None
     return (
-        f"{match[1]}:// URLs are not supported: give a directory (stored responses are kept"
-        " in SQLite there) or leave the flag out (kept in memory)"
+        f"{match[1]}:// URLs are not supported: give a postgresql:// URL (a shared store),"
+        " a directory (stored responses are kept in SQLite there) or leave the flag out"
+        " (kept in memory)"
     )
 
 
-def store_directory(text: str) -> str:
-    """`--response-store`: a directory; a URL is a usage error, never a relative path."""
+def store_location(text: str) -> str:
+    """`--response-store`: a directory or a postgresql:// URL; any other URL is a usage
+    error, never a relative path."""
     refusal = store_url_refusal(text)
     if refusal is not None:
         raise argparse.ArgumentTypeError(refusal)

@@ -12,7 +12,7 @@ meets them:
   its engine builds at load time) compiles and caches it, off the event loop,
   into a `matcher.CompiledConstraint`: what an `EngineRequest` carries;
 * the engine starts one matcher per sequence from it and masks the logits
-  before sampling (`matcher.allowed_rows`, `logits.apply_allowed`: the cpu
+  before sampling (`next_mask.NextMask`, computed off the engine's thread: the cpu
   engine), or hands exllamav2 an `exllamav2_filter.GrammarFilter`.
 
 This package sits below the engines and the chat logic and imports nothing of

@@ -43,3 +43,50 @@ def engine_detail(text: str) -> str:
         kept.append(line)
     detail = _POSITION.sub("", " ".join(" ".join(kept).split()))
     return detail if len(detail) <= _MAX_DETAIL else detail[: _MAX_DETAIL - 3] + "..."
+
+
+#: The grammar engine's limit errors, in the client's terms, with the flag that sets each.
+_LIMITS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"Too many items \(limit (?P<n>\d+)"),
+        "one token needs more than {n} parser items (--grammar-step-items)",
+    ),
+    (
+        re.compile(r"Current row has (?P<have>\d+) items; max is (?P<n>\d+)"),
+        "it branches {have} ways at one point; the limit is {n} (--grammar-row-items)",
+    ),
+    (
+        re.compile(
+            r"grammar size \(number of symbols\) too big \(limit for this grammar: (?P<n>\d+)"
+        ),
+        "its grammar has more than {n} symbols (--grammar-max-size)",
+    ),
+    (
+        re.compile(
+            r"initial lexer configuration \(grammar\) too big \(limit for this grammar: (?P<n>\d+)"
+        ),
+        "compiling it needs more than {n} units of lexer work (--grammar-compile-fuel)",
+    ),
+    (
+        re.compile(r"initial_lexer_fuel|fuel exhausted"),
+        "compiling it needs more lexer work than --grammar-compile-fuel allows",
+    ),
+    (
+        re.compile(r"too many expressions constructed"),
+        "one token needs more lexer work than --grammar-step-fuel allows",
+    ),
+    (
+        re.compile(r"too many states: \d+ >= (?P<n>\d+)"),
+        "its lexer needs more than {n} states (--grammar-lexer-states)",
+    ),
+)
+
+
+def limit_detail(detail: str) -> str:
+    """`detail` (from `engine_detail`) in the client's terms when it is one of the grammar
+    engine's limits (their advice is about grammars the client never wrote); else as is."""
+    for pattern, message in _LIMITS:
+        found = pattern.search(detail)
+        if found is not None:
+            return message.format(**found.groupdict())
+    return detail

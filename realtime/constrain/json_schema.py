@@ -7,10 +7,10 @@ fixed layout parses the same way in every format. The grammar engine is never
 lenient: a schema keyword it cannot enforce makes it refuse the schema, and
 the request is refused with that reason.
 
-The schema is checked here for what costs nothing to check (its type, size and
-depth); everything else (unknown types, unsatisfiable bounds, unsupported
-keywords, broken `$ref`s) is reported by the grammar engine when the
-`ConstraintCompiler` compiles it.
+The schema is checked here for what costs little to check (its type, size,
+depth, and a branch no finite value completes: `finite.py`); everything else
+(unknown types, unsatisfiable bounds, unsupported keywords, broken `$ref`s) is
+reported by the grammar engine when the `ConstraintCompiler` compiles it.
 """
 
 from __future__ import annotations
@@ -22,15 +22,17 @@ from typing import Any
 from llguidance import LLMatcher
 
 from realtime.constrain.errors import RESPONSE_FORMAT, ConstraintError
+from realtime.constrain.finite import infinite_branch
 from realtime.constrain.lark import JSON_OPTIONS, LarkGrammar, Reasoning, json_value, with_reasoning
-from realtime.constrain.spec import ConstraintLimits, GrammarSpec
+from realtime.constrain.spec import DEFAULT_LIMITS, ConstraintLimits, GrammarSpec
 
 #: Any JSON object: what `response_format: {"type": "json_object"}` asks for.
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
 
 
 def check_schema(schema: Any, limits: ConstraintLimits, *, what: str, param: str) -> str:
-    """`schema` as compact JSON text, once it is known to be an object within the limits."""
+    """`schema` as compact JSON text, once it is known to be an object within the limits
+    whose every branch has a finite value."""
     if not isinstance(schema, Mapping):
         raise ConstraintError(f"{what} must be a JSON object (a JSON Schema)", param=param)
     try:
@@ -46,6 +48,14 @@ def check_schema(schema: Any, limits: ConstraintLimits, *, what: str, param: str
     if depth > limits.max_schema_depth:
         raise ConstraintError(
             f"{what} is nested {depth} levels deep; the limit is {limits.max_schema_depth}",
+            param=param,
+        )
+    infinite = infinite_branch(schema)
+    if infinite is not None:
+        pointer, form = infinite
+        raise ConstraintError(
+            f"{what} cannot be enforced: no finite JSON {form} matches {pointer} (each one "
+            "must contain another, through required properties or non-empty arrays)",
             param=param,
         )
     return text
@@ -70,10 +80,13 @@ def json_depth(value: Any) -> int:
 
 
 def json_object_grammar(
-    *, reasoning: Reasoning | None = None, added_tokens: Mapping[str, int] | None = None
+    *,
+    limits: ConstraintLimits | None = None,
+    reasoning: Reasoning | None = None,
+    added_tokens: Mapping[str, int] | None = None,
 ) -> GrammarSpec:
     """`response_format: {"type": "json_object"}`: the answer is one JSON object."""
-    return _answer(ANY_OBJECT, "json_object", reasoning, added_tokens)
+    return _answer(ANY_OBJECT, "json_object", limits or DEFAULT_LIMITS, reasoning, added_tokens)
 
 
 def json_schema_grammar(
@@ -87,14 +100,16 @@ def json_schema_grammar(
     """`response_format: {"type": "json_schema", ...}`: the answer is one JSON value valid
     against `schema`. `strict` changes nothing: the schema is always enforced."""
     what = "response_format.json_schema.schema"
-    check_schema(schema, limits or ConstraintLimits(), what=what, param=RESPONSE_FORMAT)
+    limits = limits or DEFAULT_LIMITS
+    check_schema(schema, limits, what=what, param=RESPONSE_FORMAT)
     label = f"json_schema {name!r}" if name else "json_schema"
-    return _answer(schema, label, reasoning, added_tokens)
+    return _answer(schema, label, limits, reasoning, added_tokens)
 
 
 def _answer(
     schema: Mapping[str, Any],
     label: str,
+    limits: ConstraintLimits,
     reasoning: Reasoning | None,
     added_tokens: Mapping[str, int] | None,
 ) -> GrammarSpec:
@@ -103,11 +118,11 @@ def _answer(
             grammar = LLMatcher.grammar_from_json_schema(dict(schema), overrides=JSON_OPTIONS)  # type: ignore[arg-type]
         except ValueError as exc:
             raise ConstraintError(f"{label}: {exc}", param=RESPONSE_FORMAT) from None
-        return GrammarSpec(grammar, RESPONSE_FORMAT, label)
+        return GrammarSpec(grammar, RESPONSE_FORMAT, label, limits)
     lark = LarkGrammar()
     body = lark.rule("answer", json_value(schema))
     lark.rule("start", with_reasoning(lark, body, reasoning, added_tokens or {}))
-    return GrammarSpec(LLMatcher.grammar_from_lark(lark.text()), RESPONSE_FORMAT, label)
+    return GrammarSpec(LLMatcher.grammar_from_lark(lark.text()), RESPONSE_FORMAT, label, limits)
 
 
 def response_format_constraint(
@@ -128,7 +143,7 @@ def response_format_constraint(
     if kind in (None, "text"):
         return None
     if kind == "json_object":
-        return json_object_grammar(reasoning=reasoning, added_tokens=added_tokens)
+        return json_object_grammar(limits=limits, reasoning=reasoning, added_tokens=added_tokens)
     if kind == "json_schema":
         spec = response_format.get("json_schema")
         if not isinstance(spec, Mapping) or "schema" not in spec:

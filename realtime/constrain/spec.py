@@ -12,6 +12,45 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
+class ConstraintLimits:
+    """Bounds on what a client may ask the grammar engine to compile and run.
+
+    The byte and depth limits (and the finiteness check, `finite.py`) are applied
+    before any compilation. The rest are the grammar engine's own (llguidance
+    `LLParserLimits`): they bound a compile's time and size, and the work of each
+    step (one token's mask, or taking one token), so a hostile schema costs only
+    its own request. Plain data: the limits travel with each `GrammarSpec`, to
+    wherever it is compiled (another process's engine too).
+    """
+
+    #: A schema (or one tool's parameters) serialized as compact JSON.
+    max_schema_bytes: int = 65_536
+    #: Nesting of objects and arrays inside one schema.
+    max_schema_depth: int = 32
+    #: llguidance `max_grammar_size`: symbols in the grammar's productions.
+    max_grammar_size: int = 500_000
+    #: llguidance `initial_lexer_fuel`: work building the lexer at compile (~50k/ms).
+    initial_lexer_fuel: int = 1_000_000
+    #: llguidance `step_lexer_fuel`: lexer work for one token's mask (~14k/ms).
+    step_lexer_fuel: int = 200_000
+    #: llguidance `step_max_items`: Earley items for one step (a mask, the bytes a
+    #: token or the grammar forces) (~20k/ms on a quiet core; a loaded one, ~1k/ms).
+    step_max_items: int = 50_000
+    #: llguidance `max_items_in_row`: Earley items in one row, the grammar's branching
+    #: at one point (llguidance's default, 2000, refuses an object of 1,500 optional
+    #: properties); a row is built within one step, so `step_max_items` bounds it too.
+    max_items_in_row: int = 50_000
+    #: llguidance `max_lexer_states`: lexer states one grammar may build (~1-2 kB each).
+    max_lexer_states: int = 250_000
+    #: Compiled grammars kept for reuse (agents send the same tools every turn).
+    cache_size: int = 64
+
+
+#: The limits a spec is compiled under when its builder was given none.
+DEFAULT_LIMITS = ConstraintLimits()
+
+
+@dataclass(frozen=True, slots=True)
 class GrammarSpec:
     """An llguidance grammar (its JSON form) the whole answer must match."""
 
@@ -21,6 +60,8 @@ class GrammarSpec:
     param: str
     #: A short human description for logs and errors ("json_schema 'weather'").
     description: str
+    #: What compiling it, and each step under it, may cost (the server's flags).
+    limits: ConstraintLimits = DEFAULT_LIMITS
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,29 +76,3 @@ class BannedTokens:
 
 #: Everything an engine may be asked to enforce on one sequence.
 Constraint = GrammarSpec | BannedTokens
-
-
-@dataclass(frozen=True, slots=True)
-class ConstraintLimits:
-    """Bounds on what a client may ask the grammar engine to compile and run.
-
-    The byte and depth limits are checked before any compilation; the fuel and
-    size limits are the grammar engine's own (llguidance `LLParserLimits`), which
-    bound compile time and the mask computation of each step, so a hostile
-    schema costs only its own request.
-    """
-
-    #: A schema (or one tool's parameters) serialized as compact JSON.
-    max_schema_bytes: int = 65_536
-    #: Nesting of objects and arrays inside one schema.
-    max_schema_depth: int = 32
-    #: llguidance: symbols in the grammar's productions.
-    max_grammar_size: int = 500_000
-    #: llguidance: work building the lexer when the grammar is compiled (~50k/ms).
-    initial_lexer_fuel: int = 1_000_000
-    #: llguidance: lexer work for one token's mask (~14k/ms).
-    step_lexer_fuel: int = 200_000
-    #: llguidance: Earley items for one token's mask (~20k/ms).
-    step_max_items: int = 50_000
-    #: Compiled grammars kept for reuse (agents send the same tools every turn).
-    cache_size: int = 64

@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from realtime.engine.errors import RequestPart
 from realtime.model.generation import FinishReason, TokenLogprob
 from realtime.model.info import ModelInfo
 
@@ -70,6 +71,10 @@ class EngineRequest:
     #: for this engine's `grammar_binding`; each sequence starts its own matcher from
     #: it. Only a `ConstrainingEngine` is ever given one.
     constraint: CompiledConstraint | None = None
+    #: A client's warm-up (the Responses API's `generate: false`): only the prompt's
+    #: prefill matters; the one token it asks for is dropped. An engine without a
+    #: cache may answer it with no token at all (the scripted engine does).
+    warm_up: bool = False
 
 
 @dataclass(slots=True)
@@ -83,6 +88,9 @@ class EngineOutput:
     cached_tokens: int | None = None
     #: Engine-side detail for FinishReason.ERROR; shown to the client.
     error: str | None = None
+    #: The part of the request at fault for FinishReason.ERROR, when it is the request's
+    #: (`RequestPart.CONSTRAINT`: its grammar hit a limit); None: the engine's fault.
+    error_part: RequestPart | None = None
     #: True when the last id in `token_ids` is the EOS / stop token that ended the
     #: request: it counts as generated but its text is never shown (as in vLLM).
     stopped_on_token: bool = False

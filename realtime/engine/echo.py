@@ -121,6 +121,8 @@ class EchoStats:
     requests_cancelled: int = 0
     tokens_generated: int = 0
     active: int = 0
+    #: client warm-ups answered without a reply (the scripted engine's)
+    warm_ups: int = 0
     #: tokens generated per request id, for per-request assertions (the most recent
     #: requests only: an entry per request kept forever is a leak)
     tokens_by_request: RecentDict[str, int] = field(default_factory=RecentDict)

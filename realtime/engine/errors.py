@@ -21,6 +21,8 @@ class RequestPart(enum.Enum):
     PROMPT_TOKEN_IDS = "prompt_token_ids"
     #: the sampling parameters
     SAMPLING = "sampling"
+    #: the constraint (a schema, a tool set): it failed within its limits mid-answer
+    CONSTRAINT = "constraint"
 
 
 class GenerationError(Exception):

@@ -179,5 +179,6 @@ def merge_outputs(first: EngineOutput, second: EngineOutput) -> EngineOutput:
         second.finish_reason,
         cached_tokens=cached,
         error=second.error,
+        error_part=second.error_part,
         stopped_on_token=second.stopped_on_token,
     )

@@ -20,7 +20,9 @@ The script is a JSON list (a file, or the same list in Python). An entry is eith
   `match` is the same as a plain string; `"comment"` is ignored (JSON has no comments).
 
 A request that no entry answers fails with an `EngineFailure` saying the script ran
-out; only that request fails.
+out; only that request fails. A client's warm-up (`EngineRequest.warm_up`, the
+Responses API's `generate: false`) is answered at once with no token and uses no
+reply.
 
 Tokenizer and template: with `model_dir`, the model's own (prompts look as that
 model would see them, and replies end on its EOS token). Without one, the echo
@@ -233,6 +235,10 @@ class ScriptedEngine:
         tokenizer = self._info.tokenizer
         prompt = tokenizer.decode(request.prompt_token_ids, skip_special_tokens=False)
         self.prompts.append(prompt)
+        if request.warm_up:  # nothing to prefill here, and no script reply is used up
+            self.stats.warm_ups += 1
+            yield EngineOutput([], None, FinishReason.LENGTH, cached_tokens=0)
+            return
         reply = self.choose(prompt)
         self.replies_given.append(reply)
         self.replies_total += 1

@@ -61,21 +61,36 @@ NO_SCOPE = CacheScope()
 
 def cache_scope(headers: Sequence[tuple[bytes, bytes]], *, keys_enabled: bool) -> CacheScope:
     """The request's cache scope (see the module docstring). Raises InvalidRequestError."""
-    owner = _digest(b"owner", presented_key(headers) or b"") if keys_enabled else None
+    owner = _owner(headers, keys_enabled)
     for name in SESSION_HEADERS:
         raw = header(headers, name)
         if raw is None:
             continue
-        value = raw.strip()
-        if not value or len(value) > MAX_SESSION_CHARS or not _printable(value):
-            raise InvalidRequestError(
-                f"{name.decode()}: a session id is 1 to {MAX_SESSION_CHARS} printable ASCII"
-                " characters",
-                param=name.decode(),
-            )
-        session = _digest(b"session", (owner or "").encode() + b"\0" + value)
-        return CacheScope("http-" + session, owner, value.decode("ascii"))
+        return _named(raw.strip(), owner, name.decode())
     return CacheScope(cache_salt=owner) if owner is not None else NO_SCOPE
+
+
+def field_scope(
+    value: str, headers: Sequence[tuple[bytes, bytes]], *, keys_enabled: bool, param: str
+) -> CacheScope:
+    """The cache scope a request body names (the Responses API's `prompt_cache_key`),
+    keyed to the caller as a session header is. Raises InvalidRequestError naming `param`."""
+    raw = value.encode("utf-8", "surrogatepass")
+    return _named(raw, _owner(headers, keys_enabled), param)
+
+
+def _owner(headers: Sequence[tuple[bytes, bytes]], keys_enabled: bool) -> str | None:
+    return _digest(b"owner", presented_key(headers) or b"") if keys_enabled else None
+
+
+def _named(value: bytes, owner: str | None, param: str) -> CacheScope:
+    if not value or len(value) > MAX_SESSION_CHARS or not _printable(value):
+        raise InvalidRequestError(
+            f"{param}: a session id is 1 to {MAX_SESSION_CHARS} printable ASCII characters",
+            param=param,
+        )
+    session = _digest(b"session", (owner or "").encode() + b"\0" + value)
+    return CacheScope("http-" + session, owner, value.decode("ascii"))
 
 
 def _printable(value: bytes) -> bool:

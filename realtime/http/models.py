@@ -14,12 +14,18 @@ from realtime.protocol.errors import ModelNotFoundError
 
 def _card(pipeline: ChatPipeline) -> dict[str, Any]:
     info = pipeline.engine.info
+    cap = pipeline.requests.budget.max_tokens_cap
     return {
         "id": info.name,
         "object": "model",
         "created": info.created,
         "owned_by": info.owned_by,
+        # The context window three ways: vLLM's name, and the names Codex's model
+        # metadata (`context_window`) and LiteLLM-style model maps use.
         "max_model_len": info.context_length,
+        "context_window": info.context_length,
+        # The most tokens one answer may have: --max-tokens-cap, else the context.
+        "max_output_tokens": min(cap, info.context_length) if cap else info.context_length,
         # Which parsers split this model's output (null: none), so clients know
         # whether tool_calls / reasoning_content can appear.
         "tool_parser": pipeline.tool_parser,

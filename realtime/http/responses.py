@@ -12,7 +12,8 @@ adds HTTP: the body, query parameters, the caller's key (whose fingerprint owns
 what it stores), and the SSE framing of the Responses events: each event is
 `event: <type>` + `data: <json>`, and the stream ends after the terminal event,
 without `[DONE]`. Serving (draining, metrics, disconnects, shutdown) is
-`serving.py`'s, shared with the chat routes. A `store: false` response over
+`serving.py`'s, shared with the chat routes. `prompt_cache_key` is the request's
+cache session, scoped to the caller's key (`cache_scope.py`). A `store: false` response over
 HTTP is kept nowhere: nobody could ever ask for it again.
 """
 
@@ -27,8 +28,9 @@ from starlette.responses import Response
 
 from realtime.asgi.auth import bearer_token
 from realtime.asgi.responses import ORJSONResponse
-from realtime.dialects.responses.request import Includable
+from realtime.dialects.responses.request import Includable, ResponsesRequest
 from realtime.dialects.responses.service import MAX_LIST_LIMIT, PreparedResponse, ResponsesService
+from realtime.http.cache_scope import NO_SCOPE, CacheScope, field_scope
 from realtime.http.serving import begin, read_json_body, respond
 from realtime.http.sse import SseFraming
 from realtime.pipeline.offload import off_loop
@@ -54,6 +56,18 @@ def _service(request: Request) -> ResponsesService:
     return service
 
 
+def _cache_scope(request: Request, parsed: ResponsesRequest) -> CacheScope:
+    """`prompt_cache_key` as the request's cache session (scoped to the caller's key)."""
+    if parsed.prompt_cache_key is None:
+        return NO_SCOPE
+    return field_scope(
+        parsed.prompt_cache_key,
+        request.scope["headers"],
+        keys_enabled=request.app.state.http.keys_enabled,
+        param="prompt_cache_key",
+    )
+
+
 def _owner(request: Request, service: ResponsesService) -> str | None:
     """The caller's owner fingerprint: its key's, when the server has keys."""
     if not request.app.state.http.keys_enabled:
@@ -69,7 +83,15 @@ async def create_response(request: Request) -> Response:
         # Validating every input item of a large body takes as long as its size: off the loop.
         parsed = await off_loop(functools.partial(service.parse, body), len(await request.body()))
         streaming = bool(parsed.stream)
-        prepared = await service.prepare(parsed, stream=streaming, owner=_owner(request, service))
+        scope = _cache_scope(request, parsed)
+        outcome.cache_scope = scope.label
+        prepared = await service.prepare(
+            parsed,
+            stream=streaming,
+            owner=_owner(request, service),
+            session_id=scope.session_id,
+            cache_salt=scope.cache_salt,
+        )
     except RealtimeError as exc:
         outcome.finish("error", error=exc)
         raise

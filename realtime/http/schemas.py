@@ -14,8 +14,12 @@ from realtime.dialects.chat.response import ModelCard
 
 
 class ServedModel(ModelCard):
-    #: The context window, in tokens.
+    #: The context window, in tokens (vLLM's name).
     max_model_len: int
+    #: The context window again, under the name Codex's model metadata reads.
+    context_window: int
+    #: The most tokens one answer may have: `--max-tokens-cap`, else the context window.
+    max_output_tokens: int
 
 
 class ModelList(BaseModel):

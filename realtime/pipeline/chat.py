@@ -45,6 +45,7 @@ from realtime.model.generation import FinishReason
 from realtime.observability.vllm_metrics import VllmMetrics
 from realtime.pipeline.budget import OutputAsk, PromptOverflow, TokenBudget
 from realtime.pipeline.constraints import ConstraintPlan, Constraints, response_format_of
+from realtime.pipeline.engine_errors import failed_generation
 from realtime.pipeline.engine_requests import EngineRequestBuilder
 from realtime.pipeline.events import Finish, Step, Usage
 from realtime.pipeline.generation import text_steps
@@ -322,7 +323,13 @@ class ChatPipeline:
                             answer += events
                         yield Step(step.token_ids, step.text, events, logprobs, step.cached_tokens)
                     if finish is FinishReason.ERROR:
-                        raise EngineError(step.error or "the engine failed while generating")
+                        constraint = prepared.engine_request.constraint
+                        raise failed_generation(
+                            step.error,
+                            step.error_part,
+                            constraint.param if constraint is not None else None,
+                            request.paths,
+                        )
             assert finish is not None  # text_steps ends on the finishing step or raises
             # A safety net (engines that constrain enforce tool_choice by grammar); an
             # answer cut off by max_tokens ends with "length" instead, like any other.
@@ -333,6 +340,10 @@ class ChatPipeline:
                 raise ToolChoiceNotSatisfiedError(violation, param=request.paths.tool_choice)
         except EngineError:
             yield Finish(FinishReason.ERROR, usage)
+            raise
+        except InvalidRequestError:
+            if finish is FinishReason.ERROR:  # the request's grammar failed mid-answer
+                yield Finish(FinishReason.ERROR, usage)
             raise
         if answer is not None:
             # Before the finish: a consumer may stop iterating right after it.
@@ -363,6 +374,7 @@ class ChatPipeline:
     async def aclose(self) -> None:
         """Cancel pending warm-ups and start no more. Call before closing the engine."""
         await self.speculative.aclose()
+        self.constraints.close()
 
 
 def _overflow(overflow: PromptOverflow, paths: FieldPaths) -> InvalidRequestError:

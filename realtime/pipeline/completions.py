@@ -26,9 +26,10 @@ from realtime.engine.base import EngineRequest
 from realtime.pipeline.budget import OutputAsk, PromptOverflow
 from realtime.pipeline.chat import ChatPipeline
 from realtime.pipeline.constraints import ConstraintPlan, response_format_of
+from realtime.pipeline.engine_errors import failed_generation
 from realtime.pipeline.generation import text_steps
 from realtime.pipeline.sampling import check_token_ids
-from realtime.protocol.errors import EngineError, InvalidRequestError
+from realtime.protocol.errors import InvalidRequestError
 from realtime.protocol.generation_request import FieldPaths, GenerationRequest
 
 
@@ -173,7 +174,13 @@ class CompletionPipeline:
                     if step.finish is not None:
                         queue.put_nowait(chunks.finish_chunk(index, step.finish))
                         if step.error is not None or step.finish.value == "error":
-                            raise EngineError(step.error or "the engine failed while generating")
+                            constraint = prepared.engine_requests[index].constraint
+                            raise failed_generation(
+                                step.error,
+                                step.error_part,
+                                constraint.param if constraint is not None else None,
+                                request.paths,
+                            )
             queue.put_nowait(None)
         except asyncio.CancelledError:
             raise

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -44,8 +45,6 @@ from realtime.chat.tools.grammar import enforceable_parsers, tool_call_grammar, 
 from realtime.chat.tools.output import ChatOutputParser
 from realtime.constrain import (
     RESPONSE_FORMAT,
-    TOOL_CHOICE,
-    TOOLS,
     Constraint,
     ConstraintError,
     ConstraintLimits,
@@ -53,9 +52,10 @@ from realtime.constrain import (
     response_format_constraint,
 )
 from realtime.constrain.json_schema import ANY_OBJECT
+from realtime.constrain.priority import lower_priority
 from realtime.constrain.thinking import thinking_budget_grammar
 from realtime.engine.base import ConstrainingEngine, Engine
-from realtime.pipeline.engine_errors import constraint_error
+from realtime.pipeline.engine_errors import constraint_error, constraint_field
 from realtime.protocol.errors import UnsupportedFeatureError
 from realtime.protocol.generation_request import CHAT_PATHS, FieldPaths, JsonFormat
 
@@ -85,13 +85,24 @@ class Constraints:
     The compiler (and its cache of compiled grammars, shared by every request)
     is made the first time a request needs it, from the engine's
     `grammar_binding`, with the server's limits (`--max-schema-bytes`,
-    `--max-schema-depth`, `--grammar-cache-size`).
+    `--max-schema-depth`, `--grammar-*`), which every spec it builds carries.
+    Compiles run one at a time on a thread of their own.
     """
 
     def __init__(self, engine: Engine, limits: ConstraintLimits | None = None) -> None:
         self.engine = engine
         self.limits = limits or ConstraintLimits()
         self._compiler: ConstraintCompiler | None = None
+        # One compile at a time: a client sending a new large schema with every request
+        # keeps at most one core busy compiling, not every core the default executor has.
+        # At a lower priority than the engine and the event loop, as the mask workers.
+        self._pool = ThreadPoolExecutor(
+            1, thread_name_prefix="grammar-compile", initializer=lower_priority
+        )
+
+    def close(self) -> None:
+        """Take no more compiles (one running finishes: it is bounded by the limits)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     # --- deciding, in prepare() ---
 
@@ -201,15 +212,9 @@ class Constraints:
         try:
             if plan.inline:
                 return _compile(plan)
-            return await asyncio.to_thread(_compile, plan)
+            return await asyncio.get_running_loop().run_in_executor(self._pool, _compile, plan)
         except ConstraintError as exc:
-            paths = plan.paths
-            named = {
-                RESPONSE_FORMAT: paths.format,
-                TOOLS: paths.tools,
-                TOOL_CHOICE: paths.tool_choice,
-            }
-            exc.param = named.get(exc.param, exc.param)
+            exc.param = constraint_field(exc.param, plan.paths)
             raise constraint_error(exc) from None
 
     # --- the compiler ---

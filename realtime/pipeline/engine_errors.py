@@ -9,7 +9,7 @@ engine's `ConstraintError` (a schema or tool choice that cannot be enforced) is 
 
 from __future__ import annotations
 
-from realtime.constrain.errors import ConstraintError
+from realtime.constrain.errors import RESPONSE_FORMAT, TOOL_CHOICE, TOOLS, ConstraintError
 from realtime.engine.errors import (
     EngineRequestError,
     EngineUnavailable,
@@ -51,3 +51,27 @@ def client_error(error: GenerationError, paths: FieldPaths = CHAT_PATHS) -> Real
 def constraint_error(error: ConstraintError) -> InvalidRequestError:
     """A schema or tool choice the grammar engine refused: the request's own fault."""
     return InvalidRequestError(error.message, param=error.param)
+
+
+def constraint_field(param: str, paths: FieldPaths = CHAT_PATHS) -> str:
+    """The client's name (`text.format`, `tools`...) for the field a constraint came from."""
+    named = {RESPONSE_FORMAT: paths.format, TOOLS: paths.tools, TOOL_CHOICE: paths.tool_choice}
+    return named.get(param, param)
+
+
+def failed_generation(
+    error: str | None,
+    part: RequestPart | None,
+    constraint_param: str | None,
+    paths: FieldPaths = CHAT_PATHS,
+) -> RealtimeError:
+    """The client-facing error for a generation that ended with an ERROR finish.
+
+    A grammar that hit one of its limits mid-answer (`RequestPart.CONSTRAINT`) is the
+    request's fault: an `invalid_request_error` naming the field its constraint came
+    from (a 400 when no answer was sent yet); anything else is the engine's."""
+    message = error or "the engine failed while generating"
+    if part is RequestPart.CONSTRAINT:
+        param = constraint_field(constraint_param, paths) if constraint_param else None
+        return InvalidRequestError(message, param=param)
+    return EngineError(message)

@@ -79,6 +79,7 @@ class EngineRequestBuilder:
                     logprobs=logprobs,
                     cache_salt=cache_salt,
                     session_id=session_id,
+                    warm_up=request.warm_up,
                 )
             )
         return built

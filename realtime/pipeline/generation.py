@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from realtime.chat.stops import StopMatcher
 from realtime.engine.base import Engine, EngineRequest
-from realtime.engine.errors import GenerationError
+from realtime.engine.errors import GenerationError, RequestPart
 from realtime.model.generation import FinishReason, TokenLogprob
 from realtime.model.tokenizer import Tokenizer
 from realtime.observability.vllm_metrics import VllmMetrics
@@ -37,6 +37,8 @@ class TextStep:
     cached_tokens: int | None
     #: Engine-side detail when `finish` is ERROR.
     error: str | None = None
+    #: The part of the request at fault when `finish` is ERROR (None: the engine's fault).
+    error_part: RequestPart | None = None
 
 
 async def text_steps(
@@ -91,7 +93,13 @@ async def text_steps(
                     # Before the yield: the consumer may stop iterating there.
                     record.finish(finish.value, generated)
                 yield TextStep(
-                    out.token_ids, emit, out.logprobs, finish, out.cached_tokens, out.error
+                    out.token_ids,
+                    emit,
+                    out.logprobs,
+                    finish,
+                    out.cached_tokens,
+                    out.error,
+                    out.error_part,
                 )
                 if finish is not None:
                     return  # leaving the block closes the engine's iterator

@@ -123,6 +123,8 @@ class GenerationRequest:
     cache_salt: str | None = None
     #: warm the next turn's prefix in the KV cache after the answer
     speculative_prefill: bool = False
+    #: a client's warm-up (`generate: false`): prefill the prompt, drop the answer
+    warm_up: bool = False
     #: `nvext.extra_fields`: extra fields returned with the final chunk
     extra_fields: frozenset[str] = frozenset()
     paths: FieldPaths = CHAT_PATHS

@@ -33,6 +33,7 @@ SCENARIOS = (
     "soak",
     "agent_loop",
     "agent_messages",
+    "replicas",
 )
 #: The quick run's own limit is 200 s (below); the module's tests wait for it. Its cpu-engine
 #: scenarios each start an engine process beside the server.
@@ -42,8 +43,9 @@ STATUSES = {"pass", "miss", "n/a"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 #: A guard against a hang, not a measurement: the quick run starts a dozen servers (two
-#: agent loops' among them), which takes minutes on a busy machine.
-pytestmark = pytest.mark.timeout(420)
+#: agent loops' among them, and the replicas scenario's two cpu replicas with nginx and
+#: PostgreSQL), which takes minutes on a busy machine.
+pytestmark = pytest.mark.timeout(560)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=540,
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
     return out

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
+from llguidance import LLMatcher
 from tokenizers import Tokenizer
 
-from realtime.constrain import BannedTokens, ConstraintError, ConstraintLimits, json_schema_grammar
+from realtime.constrain import (
+    BannedTokens,
+    ConstraintError,
+    ConstraintLimits,
+    GrammarSpec,
+    json_schema_grammar,
+)
+from realtime.constrain.lark import JSON_OPTIONS
 from realtime.constrain.logits import unpack_bitmask
-from realtime.constrain.matcher import ConstraintCompiler, GrammarMatcher, allowed_rows
+from realtime.constrain.matcher import ConstraintCompiler, GrammarMatcher
 from realtime.constrain.tokenizer import TokenizerBinding
 
 ENUM = {"type": "string", "enum": ["red", "green"]}
@@ -148,27 +158,93 @@ def test_a_ban_needs_no_compilation_and_never_ends_the_answer(
     assert not compiled.start().allowed()[5]
 
 
-def test_allowed_rows_unpacks_each_matchers_mask_in_one_batch(
-    compiler: ConstraintCompiler, binding: TokenizerBinding, tiny_tokenizer: Tokenizer
-) -> None:
-    grammar = compiler.start(json_schema_grammar(ENUM))
-    for token in _ids(tiny_tokenizer, '"gr'):
-        assert grammar.advance(token)
-    ban = compiler.start(BannedTokens(frozenset({7}), "tool_choice", "tool_choice none"))
-    fresh = compiler.start(json_schema_grammar(ENUM))
-    rows = allowed_rows([grammar, ban, fresh], binding)
-    assert rows.shape == (3, binding.width) and rows.dtype == torch.bool
-    for row, matcher in zip(rows, (grammar, ban, fresh), strict=True):
-        assert torch.equal(row, matcher.allowed())
-    assert not torch.equal(rows[0], rows[2])
-
-
 def test_a_grammar_that_cannot_start_an_answer_is_refused_when_compiled(
     compiler: ConstraintCompiler,
 ) -> None:
     """A schema that only refers to itself compiles, but its first mask fails: that is
-    found on the compiling thread (the request's 400), not in the middle of an answer."""
+    found on the compiling thread (the request's 400), not in the middle of an answer.
+    (`json_schema_grammar` refuses these schemas before compiling: `finite.py`; the
+    compiler's own check is the net under every grammar, so it is tested without it.)"""
     for schema in ({"$ref": "#"}, {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}):
+        with pytest.raises(ConstraintError, match="no finite JSON"):
+            json_schema_grammar(schema)
         with pytest.raises(ConstraintError, match="no answer can start") as refused:
-            compiler.compile(json_schema_grammar(schema))
+            compiler.compile(_unchecked(schema))
         assert refused.value.param == "response_format"
+
+
+def _unchecked(schema: dict[str, object]) -> GrammarSpec:
+    """The grammar of `schema` without the checks `json_schema_grammar` makes first."""
+    grammar = LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)  # type: ignore[arg-type]
+    return GrammarSpec(grammar, "response_format", "json_schema")
+
+
+NESTS_ITSELF = {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]}
+#: An object of 1,500 optional properties (55 kB): llguidance's own row limit, 2000, refuses it.
+WIDE = {
+    "type": "object",
+    "properties": {f"property_{i:04d}": {"type": "string"} for i in range(1500)},
+}
+
+
+@pytest.mark.parametrize(
+    ("schema", "limits", "reason"),
+    [
+        # Forced without end: the first mask is fine; the first forced token is not.
+        (NESTS_ITSELF, ConstraintLimits(), "one token needs more than 50000 parser items"),
+        # Branches more ways than allowed, right after the forced `{`.
+        (WIDE, ConstraintLimits(max_items_in_row=2000), "branches 6007 ways at one point"),
+    ],
+    ids=["forced-without-end", "row-limit"],
+)
+def test_a_grammar_that_fails_on_its_forced_tokens_is_refused_when_compiled(
+    compiler: ConstraintCompiler, schema: dict[str, object], limits: ConstraintLimits, reason: str
+) -> None:
+    """Before these limits were applied at compile time, these grammars compiled and
+    failed at the first token of the answer: a 200, then an error (issue 27)."""
+    spec = dataclasses.replace(_unchecked(schema), limits=limits)
+    with pytest.raises(ConstraintError, match=reason) as refused:
+        compiler.compile(spec)
+    assert refused.value.param == "response_format"
+    assert "--grammar-" in refused.value.message  # the flag that would allow it
+
+
+def test_the_default_row_limit_serves_a_wide_object(compiler: ConstraintCompiler) -> None:
+    """1,500 optional properties are an ordinary (if large) schema: served by default."""
+    matcher = compiler.start(json_schema_grammar(WIDE))
+    for _ in range(2):
+        allowed = torch.nonzero(matcher.allowed()).flatten().tolist()
+        assert allowed and matcher.advance(allowed[0])
+
+
+#: 300 optional properties: small enough for every default, large enough for a tiny limit.
+OPTIONAL_300 = {
+    "type": "object",
+    "properties": {f"property_{i:04d}": {"type": "string"} for i in range(300)},
+}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "flag"),
+    [
+        ("max_grammar_size", 50, "--grammar-max-size"),
+        ("initial_lexer_fuel", 1000, "--grammar-compile-fuel"),
+        ("step_lexer_fuel", 100, "--grammar-step-fuel"),
+        ("step_max_items", 50, "--grammar-step-items"),
+        ("max_items_in_row", 20, "--grammar-row-items"),
+        ("max_lexer_states", 20, "--grammar-lexer-states"),
+    ],
+)
+def test_each_grammar_limit_is_applied_at_compile_and_named_by_its_flag(
+    compiler: ConstraintCompiler, field: str, value: int, flag: str
+) -> None:
+    """Every llguidance limit is the flag's value (it reaches the grammar engine), is
+    met when the grammar is compiled (the request's 400, before the answer), and the
+    refusal names the flag that would allow it, not the grammar engine's internals."""
+    spec = json_schema_grammar(OPTIONAL_300)
+    compiler.compile(spec)  # served under the defaults
+    tight = dataclasses.replace(ConstraintLimits(), **{field: value})
+    with pytest.raises(ConstraintError) as refused:
+        compiler.compile(dataclasses.replace(spec, limits=tight))
+    assert refused.value.param == "response_format"
+    assert flag in refused.value.message, refused.value.message

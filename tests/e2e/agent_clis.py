@@ -4,7 +4,7 @@
 `.venv/agents` and sets REALTIME_REQUIRE_AGENTS=1, which turns a missing CLI (or
 a machine that cannot make a network namespace) into a failure instead of a skip,
 so a broken install cannot pass silently (as REALTIME_REQUIRE_BROWSER does for
-Chromium). REALTIME_CLAUDE names another Claude Code binary.
+Chromium). REALTIME_CLAUDE and REALTIME_CODEX name other binaries.
 
 Every CLI runs inside a network namespace of its own with only loopback
 (`unshare -n`, then `ip link set lo up`), with the server started inside the same
@@ -25,6 +25,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Where scripts/test installs the agent CLIs (npm --prefix).
 AGENTS_PREFIX = REPO_ROOT / ".venv" / "agents"
 CLAUDE_CODE_VERSION = "2.1.332"
+CODEX_VERSION = "0.171.0"
 
 
 def unavailable(reason: str) -> None:
@@ -47,6 +48,23 @@ def claude_binary() -> str:
     ).stdout.strip()
     if not version.startswith(CLAUDE_CODE_VERSION + " "):
         unavailable(f"Claude Code is {version!r}, the tests pin {CLAUDE_CODE_VERSION}")
+    return found
+
+
+def codex_binary() -> str:
+    """The Codex CLI binary at the pinned version (else skip, or fail when required)."""
+    found = os.environ.get("REALTIME_CODEX") or _installed("codex") or shutil.which("codex")
+    if found is None:
+        unavailable(
+            f"Codex CLI is not installed (npm install --prefix .venv/agents"
+            f" @openai/codex@{CODEX_VERSION}; scripts/test does it)"
+        )
+    assert found is not None
+    version = subprocess.run(
+        [found, "--version"], capture_output=True, text=True, timeout=60, check=False
+    ).stdout.strip()
+    if version != f"codex-cli {CODEX_VERSION}":
+        unavailable(f"Codex CLI is {version!r}, the tests pin {CODEX_VERSION}")
     return found
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -193,3 +194,118 @@ async def test_a_constraint_for_another_vocabulary_is_refused(tiny_model_dir: Pa
         constraint = ConstraintCompiler(other).compile(json_schema_grammar({"type": "boolean"}))
         with pytest.raises(EngineRequestError, match="compiled for"):
             await generate(engine, constraint)
+
+
+async def test_a_slow_grammar_parks_only_its_own_sequence(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A grammar whose masks take long (a hostile schema, within its step budget) is
+    computed off the engine's thread: while its mask is not ready, its sequence is parked
+    and the rest of the batch goes on. Here the mask is held up by a gate, so the test
+    knows: a neighbour runs all its tokens while the constrained request has none."""
+    from realtime.constrain.matcher import GrammarMatcher
+
+    gate = threading.Event()
+    fill = GrammarMatcher.fill_bitmask_at
+
+    def gated(self: GrammarMatcher, address: int, words: int) -> None:
+        if not gate.wait(60):
+            raise RuntimeError("the test never opened the gate")
+        fill(self, address, words)
+
+    monkeypatch.setattr(GrammarMatcher, "fill_bitmask_at", gated)
+    async with running(tiny_model_dir) as engine:
+        constraint = compiled(engine, json_schema_grammar(TICKET))
+        slow = asyncio.create_task(generate(engine, constraint, request_id="slow", seed=1))
+        try:
+            neighbour, outputs = await asyncio.wait_for(
+                generate(engine, None, request_id="n", ignore_eos=True, max_tokens=8), 30
+            )
+            assert len(neighbour) == 8 and outputs[-1].finish_reason is FinishReason.LENGTH
+            assert not slow.done()
+            assert engine.stats.request("slow").tokens_generated == 0
+            assert engine.stats.tokens_parked >= 1  # its logits waited, not the batch
+        finally:
+            gate.set()
+        ids, outputs = await slow
+    assert outputs[-1].finish_reason is FinishReason.EOS
+    jsonschema.validate(json.loads(text(engine, ids[:-1])), TICKET)
+
+
+async def test_a_grammar_that_fails_mid_answer_is_the_request_s_fault(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step over its budget fails the request as its own fault (`RequestPart.CONSTRAINT`:
+    the client is told which field), not as the engine's; the engine carries on."""
+    from realtime.constrain.matcher import GrammarMatcher
+    from realtime.engine.errors import RequestPart
+
+    calls = 0
+    fill = GrammarMatcher.fill_bitmask_at
+    error = GrammarMatcher.error
+
+    def failing_after_three(self: GrammarMatcher, address: int, words: int) -> None:
+        nonlocal calls
+        calls += 1
+        fill(self, address, words)
+
+    monkeypatch.setattr(GrammarMatcher, "fill_bitmask_at", failing_after_three)
+    monkeypatch.setattr(
+        GrammarMatcher,
+        "error",
+        property(lambda self: "one token needs more than 5 parser items" if calls > 3 else None),
+    )
+    async with running(tiny_model_dir) as engine:
+        constraint = compiled(engine, json_schema_grammar(TICKET))
+        ids, outputs = await generate(engine, constraint, seed=2)
+        assert outputs[-1].finish_reason is FinishReason.ERROR
+        assert outputs[-1].error_part is RequestPart.CONSTRAINT
+        assert "5 parser items" in (outputs[-1].error or "")
+        assert len(ids) == 3  # three tokens under working masks, then the failure
+        monkeypatch.setattr(GrammarMatcher, "error", error)
+        ids, outputs = await generate(engine, constraint, seed=2)
+    assert outputs[-1].finish_reason is FinishReason.EOS
+
+
+LARGE_PARAMETERS = {
+    "enum of 3,000 objects": {"enum": [{"k": i} for i in range(3000)]},
+    "anyOf of 400 objects": {
+        "anyOf": [
+            {"type": "object", "properties": {f"p{i}": {"type": "integer"}}, "required": [f"p{i}"]}
+            for i in range(400)
+        ]
+    },
+    "1,500 optional properties": {
+        "type": "object",
+        "properties": {f"property_{i:04d}": {"type": "string"} for i in range(1500)},
+        "additionalProperties": False,
+    },
+}
+
+
+@pytest.mark.parametrize("argument", list(LARGE_PARAMETERS.values()), ids=list(LARGE_PARAMETERS))
+async def test_large_tool_parameters_compile_and_run_to_valid_calls(
+    tiny_model_dir: Path, argument: dict[str, Any]
+) -> None:
+    """Tool parameters of these sizes got a 500 mid-answer under `tool_choice: required`
+    (issue 27). Through a server they overflow the tiny model's 4k prompt (tools are in
+    the prompt), so the grammar is driven here, on the engine, as the server would."""
+    from realtime.chat.tools import ToolSpec
+    from realtime.chat.tools.grammar import tool_call_grammar
+
+    schema = {"type": "object", "properties": {"arg": argument}, "required": ["arg"]}
+    async with running(tiny_model_dir) as engine:
+        binding = engine.grammar_binding
+        assert binding is not None
+        spec = tool_call_grammar(
+            "hermes", [ToolSpec("t", schema)], added_tokens=binding.added_tokens, parallel=False
+        )
+        constraint = compiled(engine, spec)
+        for seed in range(2):
+            ids, outputs = await generate(engine, constraint, seed=seed, max_tokens=300)
+            assert outputs[-1].finish_reason in (FinishReason.EOS, FinishReason.LENGTH)
+            if outputs[-1].finish_reason is FinishReason.EOS:
+                written = engine.info.tokenizer.decode(ids[:-1], skip_special_tokens=False)
+                call = json.loads(written.split("<tool_call>")[1].split("</tool_call>")[0])
+                assert call["name"] == "t"
+                jsonschema.validate(call["arguments"], schema)

@@ -74,6 +74,13 @@ def test_a_constraint_without_its_spec_is_refused() -> None:
             stopped_on_token=True,
         ),
         EngineOutput([], None, FinishReason.ERROR, error="the matcher failed"),
+        EngineOutput(
+            [],
+            None,
+            FinishReason.ERROR,
+            error="a grammar limit",
+            error_part=RequestPart.CONSTRAINT,
+        ),
     ],
 )
 def test_an_output_crosses_whole(output: EngineOutput) -> None:

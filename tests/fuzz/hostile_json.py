@@ -178,16 +178,21 @@ RESPONSES_FIELDS = (
     " parallel_tool_calls text include reasoning truncation background user"
     " safety_identifier prompt_cache_key prompt_cache_retention prompt_cache_options"
     " service_tier image access_programs background_options context_management"
-    " conversation moderation prompt"
+    " conversation moderation prompt client_metadata"
 ).split()
 #: Item types the server runs, some it refuses, and nonsense.
 ITEM_TYPES = (
     "message function_call function_call_output reasoning item_reference web_search_call"
-    " mcp_call nonsense"
+    " mcp_call custom_tool_call custom_tool_call_output nonsense"
 ).split()
 ITEM_FIELDS = (
     "type role content id status phase call_id name arguments output summary"
-    " encrypted_content namespace caller async"
+    " encrypted_content namespace caller async input"
+).split()
+#: Tool types: served, flattened, custom, hosted (accepted, not offered), and nonsense.
+TOOL_TYPES = (
+    "function namespace custom web_search web_search_2025_08_26 file_search mcp"
+    " code_interpreter image_generation local_shell computer_use_preview x"
 ).split()
 
 
@@ -221,10 +226,48 @@ def odd_responses(draw: st.DrawFn) -> str:
         body["input"] = draw(st.lists(odd_item(), min_size=1, max_size=3))
     if draw(st.booleans()):
         body["tools"] = [
-            {"type": draw(st.sampled_from(["function", "web_search", "mcp", "x"])),
+            {"type": draw(st.sampled_from(TOOL_TYPES)),
              "name": draw(json_values), "parameters": draw(json_values)}
         ]  # fmt: skip
+    if draw(st.booleans()):
+        body["tools"] = [draw(odd_codex_tool())]
+        body["tool_choice"] = draw(
+            st.sampled_from(["auto", {"type": "custom", "name": "c"}]) | json_values
+        )
+    if draw(st.booleans()):
+        body["include"] = ["reasoning.encrypted_content"]
+        body["input"] = [
+            {"type": "reasoning", "summary": [], "encrypted_content": draw(st.text(max_size=80)
+             | st.sampled_from(["gAAAAA", "gAAAAAB" + "A" * 100]))},
+            {"role": "user", "content": "x"},
+        ]  # fmt: skip
     return json.dumps(body)
+
+
+@st.composite
+def odd_codex_tool(draw: st.DrawFn) -> Any:
+    """A namespace or custom tool (what Codex declares) with odd members and formats."""
+    custom = {
+        "type": "custom",
+        "name": draw(st.sampled_from(["c", ""]) | json_values),
+        "format": draw(
+            st.sampled_from([{"type": "text"}, {"type": "grammar", "syntax": "regex"}])
+            | st.fixed_dictionaries(
+                {"type": st.just("grammar"), "syntax": st.sampled_from(["lark", "regex", "x"]),
+                 "definition": st.text(max_size=40)}
+            )
+            | json_values
+        ),
+    }  # fmt: skip
+    if draw(st.booleans()):
+        return custom
+    member = draw(st.sampled_from([custom, {"type": "function", "name": "f"}]) | json_values)
+    return {
+        "type": "namespace",
+        "name": draw(st.sampled_from(["ns"]) | json_values),
+        "description": "d",
+        "tools": [member, draw(st.sampled_from([{"type": "web_search"}, member]))],
+    }
 
 
 #: Where deep JSON goes in a Responses request.
@@ -238,6 +281,14 @@ _DEEP_RESPONSES_PLACES = [
         input=[{"type": "function_call_output", "call_id": "c", "output": _HOLE}]
     ),
     lambda body: body.update(tools=[{"type": "function", "name": "f", "parameters": _HOLE}]),
+    lambda body: body.update(
+        tools=[{"type": "namespace", "name": "n", "description": "d", "tools": _HOLE}]
+    ),
+    lambda body: body.update(tools=[{"type": "web_search", "filters": _HOLE}]),
+    lambda body: body.update(client_metadata=_HOLE),
+    lambda body: body.update(
+        input=[{"type": "custom_tool_call_output", "call_id": "c", "output": _HOLE}]
+    ),
     lambda body: body.update(
         text={"format": {"type": "json_schema", "name": "n", "schema": _HOLE}}
     ),

@@ -52,3 +52,19 @@ def test_a_bad_session_header_is_refused_naming_it(value: bytes) -> None:
     with pytest.raises(InvalidRequestError) as info:
         cache_scope([(b"x-claude-code-session-id", value)], keys_enabled=False)
     assert info.value.param == "x-claude-code-session-id"
+
+
+def test_a_body_field_names_the_session_as_a_header_does() -> None:
+    from realtime.http.cache_scope import field_scope
+
+    keyed = [(b"authorization", b"Bearer alice")]
+    by_field = field_scope("thread-1", keyed, keys_enabled=True, param="prompt_cache_key")
+    by_header = cache_scope([*keyed, (b"x-session-id", b"thread-1")], keys_enabled=True)
+    assert by_field == by_header and by_field.label == "thread-1"
+    bob = field_scope(
+        "thread-1", [(b"x-api-key", b"bob")], keys_enabled=True, param="prompt_cache_key"
+    )
+    assert bob.session_id != by_field.session_id
+    with pytest.raises(InvalidRequestError) as info:
+        field_scope("a\nb", [], keys_enabled=False, param="prompt_cache_key")
+    assert info.value.param == "prompt_cache_key"

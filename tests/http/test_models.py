@@ -119,3 +119,14 @@ def test_models_report_the_parsers_that_split_the_output(server_factory):
     # The echo template matches no family, so "auto" resolves to no parser.
     assert (plain_card["tool_parser"], plain_card["reasoning_parser"]) == (None, None)
     assert (parsing_card["tool_parser"], parsing_card["reasoning_parser"]) == ("hermes", "qwen3")
+
+
+def test_models_report_the_context_window_and_the_longest_answer(server_factory):
+    """`context_window` (Codex's name) and `max_output_tokens`: the cap, else the context."""
+    from realtime.config import ServerConfig
+
+    for config, longest in ((ServerConfig(), 32768), (ServerConfig(max_tokens_cap=512), 512)):
+        server = server_factory(config=config)
+        card = httpx.get(server.http_url + "/v1/models", timeout=10).json()["data"][0]
+        assert card["context_window"] == card["max_model_len"] == 32768
+        assert card["max_output_tokens"] == longest

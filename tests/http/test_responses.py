@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from realtime.config import ServerConfig
-from realtime.engine.echo import EchoTokenizer
+from realtime.engine.echo import EchoEngine, EchoTokenizer
 from realtime.engine.scripted import ScriptedEngine
 from tests.conftest import RunningServer, wait_until
 from tests.dialects.responses.sdk_types import check_event, check_item, check_response
@@ -358,7 +358,7 @@ BAD_BODIES: list[tuple[dict[str, Any], str]] = [
         "input.0.content.0.type",
     ),
     ({"model": "echo", "input": [{"type": "function_call", "name": "f"}]}, "input.0.call_id"),
-    ({"model": "echo", "input": "x", "tools": [{"type": "mcp"}]}, "tools.0.type"),
+    ({"model": "echo", "input": "x", "tools": [{"type": "custom"}]}, "tools.0.name"),
     ({"model": "echo", "input": "x", "tool_choice": "maybe"}, "tool_choice"),
     ({"model": "echo", "input": "x", "include": ["nothing"]}, "include.0"),
     ({"model": "echo", "input": "x", "max_output_tokens": "5"}, "max_output_tokens"),
@@ -468,3 +468,49 @@ def test_an_unsatisfied_tool_choice_fails_the_response(scripted: RunningServer) 
     assert final.type == "response.failed"
     assert final.response.error.code == "tool_choice_not_satisfied"
     assert final.response.error.param == "tool_choice"  # type: ignore[union-attr]
+
+
+class SessionRecorder(EchoEngine):
+    """The echo engine, noting each request's cache session and salt."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scopes: list[tuple[str | None, str | None]] = []
+
+    async def generate(self, request: Any) -> Any:
+        self.scopes.append((request.session_id, request.cache_salt))
+        async for output in super().generate(request):
+            yield output
+
+
+def test_prompt_cache_key_is_the_requests_cache_scope(
+    server_factory: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Codex sends its thread id as `prompt_cache_key`: each thread's turns share a cache
+    session, scoped to the caller's key; the access log shows it."""
+    caplog.set_level("INFO", logger="realtime.http")
+    engine = SessionRecorder()
+    server = server_factory(ServerConfig(api_keys=("alice", "bob")), engine)
+    for key, thread in (("alice", "thread-1"), ("alice", "thread-1"), ("bob", "thread-1")):
+        with openai.OpenAI(base_url=server.http_url + "/v1", api_key=key) as client:
+            client.responses.create(model="echo", input="hi", prompt_cache_key=thread)
+    with openai.OpenAI(base_url=server.http_url + "/v1", api_key="alice") as client:
+        client.responses.create(model="echo", input="hi")
+    first, again, other_key, none = engine.scopes
+    assert first == again and first[0] is not None and first[0].startswith("http-")
+    assert other_key[0] != first[0] and other_key[1] != first[1]
+    assert none == (None, None)
+    ends = [r.getMessage() for r in caplog.records if r.getMessage() == "request.end"]
+    labels = [
+        r.fields.get("cache_scope")  # type: ignore[attr-defined]
+        for r in caplog.records
+        if r.getMessage() == "request.end"
+    ]
+    assert len(ends) == 4 and labels == ["thread-1", "thread-1", "thread-1", None]
+    with httpx.Client(base_url=server.http_url, timeout=10) as client:
+        bad = client.post(
+            "/v1/responses",
+            json={"model": "echo", "input": "x", "prompt_cache_key": "a b"},
+            headers={"authorization": "Bearer alice"},
+        )
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt_cache_key"

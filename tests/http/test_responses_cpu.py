@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+import httpx  # noqa: E402
 import openai  # noqa: E402
 
 from realtime.config import ServerConfig  # noqa: E402
@@ -115,3 +116,52 @@ def test_text_format_json_schema_is_enforced(plain_server: RunningServer) -> Non
             value = json.loads(response.output_text)
             assert set(value) == {"color", "n"} and value["color"] in ("red", "blue")
             assert isinstance(value["n"], int)
+            # The Response shows the format that was applied, as OpenAI's does.
+            assert response.text.format.model_dump(by_alias=True, exclude_none=True) == fmt
+
+
+def test_the_response_echoes_the_applied_text_format(plain_server: RunningServer) -> None:
+    """`text.format` is echoed in every form of the Response: the created event of a
+    stream, the stored object, and a `json_object` format as well."""
+    url = plain_server.http_url + "/v1/responses"
+    fmt = {"type": "json_object"}
+    body = {"model": MODEL, "input": "JSON.", "text": {"format": fmt}, "max_output_tokens": 4}
+    created = httpx.post(url, json=body, timeout=60)
+    assert created.status_code == 200, created.text
+    assert created.json()["text"]["format"] == fmt
+    stored = httpx.get(f"{url}/{created.json()['id']}", timeout=60).json()
+    assert stored["text"]["format"] == fmt
+    with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as stream:
+        first = next(line for line in stream.iter_lines() if line.startswith("data: "))
+    event = json.loads(first[len("data: ") :])
+    assert event["type"] == "response.created"
+    assert event["response"]["text"]["format"] == fmt
+
+
+def test_a_custom_tools_regex_constrains_its_input(plain_server: RunningServer) -> None:
+    """A `custom` tool with a regex `format`, called by `tool_choice`: a random-weight
+    model's sampled inputs all match it, and come back as `custom_tool_call` items."""
+    import re
+
+    server = plain_server
+    regex = "(red|blue)-[0-9]{2}"
+    tool = {
+        "type": "custom",
+        "name": "paint",
+        "description": "Paint with a color code",
+        "format": {"type": "grammar", "syntax": "regex", "definition": regex},
+    }
+    with openai.OpenAI(base_url=server.http_url + "/v1", api_key="x", max_retries=0) as client:
+        for _ in range(3):
+            response = client.responses.create(
+                model=MODEL,
+                input="Paint something.",
+                tools=[tool],  # type: ignore[list-item]
+                tool_choice={"type": "custom", "name": "paint"},
+                temperature=1.0,
+                max_output_tokens=120,
+            )
+            calls = [item for item in response.output if item.type == "custom_tool_call"]
+            assert calls, response.output
+            for call in calls:
+                assert call.name == "paint" and re.fullmatch(regex, call.input), call.input

@@ -1,8 +1,9 @@
 """Stored responses through a real server: retention that keeps what is within its limits,
 item ids unique within a response, paging that ends, and a store that fails.
 
-Each runs against the memory store and the SQLite store (`--response-store DIR`): the
-two behave the same (`realtime.store.base`).
+Each runs against the memory store, the SQLite store (`--response-store DIR`) and the
+PostgreSQL store (`--response-store postgresql://...`, a database of the test's own):
+they behave the same (`realtime.store.base`).
 """
 
 from __future__ import annotations
@@ -23,14 +24,17 @@ from realtime.store import StoredResponse
 from tests.conftest import RunningServer
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 def store_kind(request: pytest.FixtureRequest) -> str:
+    """The store's name, or for PostgreSQL the URL of a database of the test's own."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("postgres_url"))
     return str(request.param)
 
 
 def config(kind: str, tmp_path: Path, **fields: Any) -> ServerConfig:
-    directory = str(tmp_path / "store") if kind == "sqlite" else None
-    return ServerConfig(log_level="warning", response_store_dir=directory, **fields)
+    place = {"memory": None, "sqlite": str(tmp_path / "store")}.get(kind, kind)
+    return ServerConfig(log_level="warning", response_store_dir=place, **fields)
 
 
 def create(client: httpx.Client, **body: Any) -> httpx.Response:

@@ -25,8 +25,11 @@ from tests.http.rawhttp import RawConnection, exchange, head
 CANARY = "sk-canary-7f3a9c1e5b"
 WRONG = "sk-wrongcanary-4d2e8a"
 SECRETS = (CANARY, WRONG)
+#: The server's --reasoning-key: used by the Responses paths, never printed.
+REASONING_KEY = "rk-canary-0b9d5e7a31"
 FLAGS = (
-    "--api-key", CANARY, "--header-timeout", "0.5", "--body-timeout", "0.5",
+    "--api-key", CANARY, "--reasoning-key", REASONING_KEY,
+    "--header-timeout", "0.5", "--body-timeout", "0.5",
     "--max-body-bytes", "65536", "--max-header-bytes", "8192", "--max-headers", "50",
 )  # fmt: skip
 CHAT = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
@@ -103,6 +106,20 @@ def _closed_by(ws: Any, send: Callable[[], None]) -> str:
         return " ".join(frames)
 
 
+def _reasoning_paths(server: ServerProcess, seen: list[str]) -> None:
+    """Reasoning sealed, read back, and refused when altered (the key in use)."""
+    bearer = {"Authorization": f"Bearer {CANARY}"}
+    reasoning = {"type": "reasoning", "summary": [], "encrypted_content": "gAAAAAB" + "x" * 60}
+    body = {
+        "model": "echo",
+        "include": ["reasoning.encrypted_content"],
+        "input": [reasoning, {"role": "user", "content": "hi"}],
+    }
+    refused = httpx.post(server.http_url + "/v1/responses", json=body, headers=bearer)
+    assert refused.status_code == 400
+    seen.append(refused.text)
+
+
 def _socket_paths(server: ServerProcess, seen: list[str]) -> None:
     url, port = server.ws_url, server.port
     for subprotocols in (
@@ -139,6 +156,7 @@ def test_the_canary_appears_nowhere(serve_process, fmt, level):
     server = serve_process(*FLAGS, "--log-format", fmt, "--log-level", level)
     seen: list[str] = []
     _http_paths(server, seen)
+    _reasoning_paths(server, seen)
     _socket_paths(server, seen)
     time.sleep(1.0)  # let the 408s and the gone client's request finish
     assert server.stop() == 0
@@ -148,8 +166,9 @@ def test_the_canary_appears_nowhere(serve_process, fmt, level):
     for text in seen:
         for secret in SECRETS:
             assert secret not in text, text
-    for secret in SECRETS:
+    for secret in (*SECRETS, REASONING_KEY):
         assert secret not in log
+    assert all(REASONING_KEY not in text for text in seen)
     assert "[redacted]" in log  # the paths above did reach the log
     lines = log.splitlines()
     if fmt == "json":

@@ -20,6 +20,7 @@ import pytest
 
 from realtime.store import MemoryResponseStore, ResponseStore, StoredResponse
 from realtime.store.base import StoreError
+from realtime.store.postgres import PostgresResponseStore
 from realtime.store.sqlite import FILENAME, SQLiteResponseStore
 
 
@@ -54,17 +55,24 @@ StoreFactory = Callable[..., ResponseStore]
 #: Every store implementation: a name and how to open one in a test's directory with
 #: `max_age_seconds`, `max_bytes` and `clock`. A store that keeps records across
 #: instances (a file, a database) opens the same records each time it is called.
-STORES: dict[str, Callable[[Path, dict[str, Any]], ResponseStore]] = {
+#: A networked store is given the URL of a database of the test's own (`postgres_url`)
+#: in place of the directory.
+STORES: dict[str, Callable[[Any, dict[str, Any]], ResponseStore]] = {
     "memory": lambda directory, options: MemoryResponseStore(**options),
     "sqlite": lambda directory, options: SQLiteResponseStore(directory / "store", **options),
+    "postgresql": lambda url, options: PostgresResponseStore(url, **options),
 }
+#: The stores whose place is a database URL, not a directory.
+NETWORKED = {"postgresql"}
 
 
 @pytest.fixture(params=sorted(STORES))
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+    place = request.getfixturevalue("postgres_url") if request.param in NETWORKED else tmp_path
+
     def factory(**options: Any) -> ResponseStore:
         options.setdefault("clock", Clock())
-        return STORES[request.param](tmp_path, options)
+        return STORES[request.param](place, options)
 
     return factory
 

@@ -131,7 +131,7 @@ def tool_call_grammar(
     lark = grammar.text()
     # Compiling can only fail on the schemas (the markup is ours): name `tools` (the
     # wiring checks a response_format schema on its own first, to name that field).
-    return GrammarSpec(LLMatcher.grammar_from_lark(lark), TOOLS, f"tool_choice {label}")
+    return GrammarSpec(LLMatcher.grammar_from_lark(lark), TOOLS, f"tool_choice {label}", limits)
 
 
 def tool_markers_ban(parser: str | None, added_tokens: Mapping[str, int]) -> BannedTokens | None:

@@ -17,12 +17,19 @@ changes as the Responses event stream, numbering every event with
                  response.content_part.done
       function_call: response.function_call_arguments.delta...,
                      response.function_call_arguments.done
+      custom_tool_call: response.custom_tool_call_input.delta (the whole input,
+                     once the call is complete: the model writes it as the JSON
+                     arguments `{"input": ...}`, which are only read whole),
+                     response.custom_tool_call_input.done
       response.output_item.done
     then exactly one of response.completed / response.incomplete / response.failed
 
 Reasoning is the model's own reasoning text (`<think>` blocks and the like, as
 the reasoning parser splits them), so it is sent as `reasoning_text` content of
-a `reasoning` item, never as a summary: nothing here summarizes.
+a `reasoning` item, never as a summary: nothing here summarizes. With a `seal`
+(`include: ["reasoning.encrypted_content"]`) the finished item also carries the
+text sealed as `encrypted_content`. A call of a function that came from a
+`namespace` tool carries that `namespace`.
 
 It is pure: no I/O, no clock beyond `completed_at`, events are plain dicts. A
 transport frames them (SSE: `event:` and `data:` lines; the socket: one JSON
@@ -37,7 +44,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from realtime.dialects.responses import ids
+from realtime.dialects.responses.reasoning_seal import ReasoningSeal
+from realtime.dialects.responses.tools import CUSTOM_INPUT, FunctionTools
 from realtime.model.generation import FinishReason
 from realtime.pipeline.events import Step, Usage
 from realtime.pipeline.items import (
@@ -60,6 +71,18 @@ _NEW_IDS: dict[ItemKind, Callable[[], str]] = {
 
 def _new_id(kind: ItemKind) -> str:
     return _NEW_IDS[kind]()
+
+
+def custom_input(arguments: str) -> str:
+    """A custom tool's input from the arguments the model wrote (`{"input": "..."}`);
+    arguments of another shape are the input as they are."""
+    try:
+        parsed = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return arguments
+    if isinstance(parsed, dict) and isinstance(parsed.get(CUSTOM_INPUT), str):
+        return str(parsed[CUSTOM_INPUT])
+    return arguments
 
 
 def socket_error_event(
@@ -147,9 +170,13 @@ class ResponseEvents:
         *,
         logprobs: bool = False,
         count_tokens: Callable[[str], int] = lambda text: 0,
+        tools: FunctionTools | None = None,
+        seal: ReasoningSeal | None = None,
     ) -> None:
         self.response = response
         self.logprobs = logprobs
+        self.tools = tools if tools is not None else FunctionTools()
+        self.seal = seal
         self._count_tokens = count_tokens
         self._sequence = 0
         self._items = OutputItems(_new_id, reasoning=True, logprobs=logprobs)
@@ -294,6 +321,8 @@ class ResponseEvents:
                         delta=change.text,
                     )
                 ]
+            if item.name in self.tools.custom:
+                return []  # its input is read from the whole arguments at the end
             return [
                 self._event(
                     "response.function_call_arguments.delta",
@@ -372,6 +401,23 @@ class ResponseEvents:
                     part=part,
                 ),
             ]
+        elif item.name in self.tools.custom:
+            done = self._call_item(item, status)
+            text = done["input"]
+            out = [
+                self._event(
+                    "response.custom_tool_call_input.delta",
+                    item_id=item.id,
+                    output_index=index,
+                    delta=text,
+                ),
+                self._event(
+                    "response.custom_tool_call_input.done",
+                    item_id=item.id,
+                    output_index=index,
+                    input=text,
+                ),
+            ]
         else:
             done = self._call_item(item, status)
             out = [
@@ -402,28 +448,44 @@ class ResponseEvents:
             "content": content,
         }
 
-    @staticmethod
     def _reasoning_item(
-        item: OutputItem, status: str, content: list[dict[str, Any]]
+        self, item: OutputItem, status: str, content: list[dict[str, Any]]
     ) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "id": item.id,
             "type": "reasoning",
             "summary": [],
             "content": content,
             "status": status,
         }
+        if self.seal is not None and content:
+            body["encrypted_content"] = self.seal.seal(item.text)
+        return body
 
-    @staticmethod
-    def _call_item(item: OutputItem, status: str) -> dict[str, Any]:
-        return {
-            "id": item.id,
-            "type": "function_call",
-            "status": status,
-            "call_id": item.call_id,
-            "name": item.name,
-            "arguments": item.text,
-        }
+    def _call_item(self, item: OutputItem, status: str) -> dict[str, Any]:
+        body: dict[str, Any]
+        if item.name in self.tools.custom:
+            body = {
+                "id": item.id,
+                "type": "custom_tool_call",
+                "status": status,
+                "call_id": item.call_id,
+                "name": item.name,
+                "input": custom_input(item.text) if status != "in_progress" else "",
+            }
+        else:
+            body = {
+                "id": item.id,
+                "type": "function_call",
+                "status": status,
+                "call_id": item.call_id,
+                "name": item.name,
+                "arguments": item.text,
+            }
+        namespace = self.tools.namespaces.get(item.name)
+        if namespace is not None:
+            body["namespace"] = namespace
+        return body
 
     def _final_usage(self, usage: Usage | None) -> dict[str, Any]:
         reasoning = self._items.reasoning_text

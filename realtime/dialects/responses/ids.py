@@ -32,3 +32,11 @@ def function_call_output_id() -> str:
 
 def reasoning_id() -> str:
     return new_id("rs")
+
+
+def custom_tool_call_id() -> str:
+    return new_id("ctc")
+
+
+def custom_tool_call_output_id() -> str:
+    return new_id("ctco")

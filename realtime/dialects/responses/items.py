@@ -1,12 +1,12 @@
 """Input items: validated one at a time, then kept in one normal form.
 
-A Responses `input` is a string or a list of items. The SDK knows some thirty
-item types; this server runs the ones a text model can: messages (system,
-developer, user, assistant), `function_call`, `function_call_output` and
-`reasoning`, and `compaction` (a summary this server made, `compaction_item.py`).
-The others (hosted tools' calls, images, files, item references...)
-are refused with a 400 naming the item, since a model that never saw them
-would answer as if they were not there.
+A Responses `input` is a string or a list of items. The SDK knows some thirty item
+types; this server runs the ones a text model can: messages (system, developer,
+user, assistant), `function_call`, `function_call_output`, `custom_tool_call`,
+`custom_tool_call_output`, `reasoning`, and `compaction` (a summary this server
+made, `compaction_item.py`). The others (hosted tools' calls, images, files, item
+references...) are refused with a 400 naming the item, since a model that never
+saw them would answer as if they were not there.
 
 Each item's `type` picks its model (a message may leave `type` out), and each
 model is strict as the chat request is: an unknown field is a 400
@@ -109,6 +109,25 @@ class FunctionCallOutputItem(_Strict):
     caller: dict[str, Any] | None = None
 
 
+class CustomToolCallItem(_Strict):
+    type: Literal["custom_tool_call"]
+    call_id: str
+    name: str
+    input: str
+    id: str | None = None
+    namespace: str | None = None
+    caller: dict[str, Any] | None = None
+    async_: bool | None = Field(default=None, alias="async")
+
+
+class CustomToolCallOutputItem(_Strict):
+    type: Literal["custom_tool_call_output"]
+    call_id: str
+    output: str | list[dict[str, Any]]
+    id: str | None = None
+    caller: dict[str, Any] | None = None
+
+
 class SummaryText(_Strict):
     type: Literal["summary_text"]
     text: str
@@ -140,6 +159,8 @@ _ITEM_MODELS: dict[str, type[_Strict]] = {
     "message": MessageItem,
     "function_call": FunctionCallItem,
     "function_call_output": FunctionCallOutputItem,
+    "custom_tool_call": CustomToolCallItem,
+    "custom_tool_call_output": CustomToolCallOutputItem,
     "reasoning": ReasoningItem,
 }
 
@@ -168,8 +189,6 @@ UNSUPPORTED_ITEMS = frozenset(
         "mcp_approval_request",
         "mcp_approval_response",
         "mcp_call",
-        "custom_tool_call",
-        "custom_tool_call_output",
         "program",
         "program_output",
     }
@@ -243,6 +262,27 @@ def _normalize_item(item: Any, where: str) -> dict[str, Any]:
             "call_id": parsed.call_id,
             "output": output,
             "status": parsed.status or "completed",
+        }
+    if isinstance(parsed, CustomToolCallItem):
+        custom: dict[str, Any] = {
+            "id": parsed.id or ids.custom_tool_call_id(),
+            "type": "custom_tool_call",
+            "call_id": parsed.call_id,
+            "name": parsed.name,
+            "input": parsed.input,
+        }
+        if parsed.namespace is not None:
+            custom["namespace"] = parsed.namespace
+        return custom
+    if isinstance(parsed, CustomToolCallOutputItem):
+        result: str | list[dict[str, Any]] = parsed.output
+        if isinstance(result, list):
+            result = _parts(result, f"{where}.output", allowed=("input_text",))
+        return {
+            "id": parsed.id or ids.custom_tool_call_output_id(),
+            "type": "custom_tool_call_output",
+            "call_id": parsed.call_id,
+            "output": result,
         }
     assert isinstance(parsed, ReasoningItem)
     reasoning: dict[str, Any] = {

@@ -18,6 +18,8 @@ def new_response(
 ) -> dict[str, Any]:
     reasoning = request.reasoning
     text: dict[str, Any] = {"format": {"type": "text"}}
+    if request.text is not None and request.text.format is not None:
+        text["format"] = request.text.format.model_dump(by_alias=True, exclude_none=True)
     if request.text is not None and request.text.verbosity is not None:
         text["verbosity"] = request.text.verbosity
     return {

@@ -10,21 +10,29 @@ in one of three groups:
   (function tools), `tool_choice`, `parallel_tool_calls`, `text.format` (`text`;
   `json_schema` and `json_object` enforced on the engines that constrain generation,
   refused on the others),
-  `include` (`message.output_text.logprobs`), `top_logprobs`, and this server's
-  extension `nvext.agent_hints.speculative_prefill` (warm the next turn, as chat);
+  `include` (`message.output_text.logprobs`, `reasoning.encrypted_content`),
+  `top_logprobs`, `prompt_cache_key` (the request's cache scope over HTTP), and
+  this server's extension `nvext.agent_hints.speculative_prefill` (warm the next
+  turn, as chat);
 * accepted, no effect on a self-hosted text model (kept so SDK defaults and agent
-  frameworks work unchanged): `user`, `safety_identifier`, `prompt_cache_key`,
+  frameworks work unchanged): `user`, `safety_identifier`,
   `prompt_cache_retention`, `prompt_cache_options` (without `prewarm`),
   `service_tier`, `reasoning`, `text.verbosity`, `max_tool_calls` (it counts
   built-in tools, which this server has none of), `truncation: "disabled"`,
-  `background: false`, `image`, `access_programs`, `stream_options`, the other
-  `include` values (they name output this server never produces);
+  `background: false`, `background_options`, `image`, `access_programs`,
+  `stream_options`, `moderation`, hosted tools in `tools` (never offered to the
+  model), the other `include` values (they name output this server never
+  produces), and Codex's `client_metadata` (not in the SDK: string pairs about the
+  client);
 * `context_management: [{"type": "compaction", "compact_threshold": N}]`: the
   context is compacted (`compaction.py`) when its prompt passes N tokens;
-* refused with a 400 saying so (`unsupported`): `background: true`,
-  `truncation: "auto"`, `conversation`, `prompt`, `moderation`,
-  `background_options`, `prompt_cache_options.prewarm`, hosted tools, tool
-  choices other than none/auto/required/a function.
+* refused with a 400 saying so (`unsupported`), because serving them needs state
+  this server does not keep: `background: true`, `truncation: "auto"`,
+  `conversation` (a stored conversation), `prompt` (a stored prompt template),
+  `prompt_cache_options.prewarm`, tool choices of hosted tools.
+
+`tests/dialects/responses/test_request.py` derives the field list from the
+installed SDK's `ResponseCreateParams`, so a field a newer SDK adds fails it.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_VALUE_CHARS = 512
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
 
 Includable = Literal[
     "file_search_call.results",
@@ -57,6 +66,55 @@ Includable = Literal[
     "reasoning.encrypted_content",
     "message.output_text.logprobs",
 ]
+
+
+#: Every field of the SDK's `ResponseCreateParams` (and Codex's `client_metadata`) by
+#: what it does here; docs/protocol.md lists each, and a test checks these against the
+#: installed SDK.
+SERVED_FIELDS = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "previous_response_id",
+        "store",
+        "stream",
+        "metadata",
+        "temperature",
+        "top_p",
+        "max_output_tokens",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "text",
+        "include",
+        "top_logprobs",
+        "prompt_cache_key",
+        "context_management",
+    }
+)
+NO_EFFECT_FIELDS = frozenset(
+    {
+        "user",
+        "safety_identifier",
+        "prompt_cache_retention",
+        "prompt_cache_options",
+        "service_tier",
+        "reasoning",
+        "max_tool_calls",
+        "truncation",
+        "background",
+        "background_options",
+        "image",
+        "access_programs",
+        "stream_options",
+        "moderation",
+        "client_metadata",
+    }
+)
+#: Accepted when null; any value is a 400 `unsupported` (it names state this server
+#: does not keep).
+REFUSED_FIELDS = frozenset({"conversation", "prompt"})
 
 
 class _Strict(BaseModel):
@@ -161,14 +219,17 @@ class ResponsesRequest(_Strict):
     image: ImageOptions | None = None
     access_programs: AccessPrograms | None = None
 
+    background_options: dict[str, Any] | None = None
+    context_management: list[Any] | None = None
+    moderation: dict[str, Any] | None = None
+    #: Codex CLI's (not the SDK's): string pairs about the client and its turn
+    client_metadata: dict[str, str] | None = None
+
     # this server's extension (the chat API's `nvext`); the SDK sends it as extra_body
     nvext: ResponsesNvExt | None = None
 
     # refused when set
-    background_options: dict[str, Any] | None = None
-    context_management: list[Any] | None = None
     conversation: str | dict[str, Any] | None = None
-    moderation: dict[str, Any] | None = None
     prompt: dict[str, Any] | None = None
 
     _items: list[dict[str, Any]] = PrivateAttr(default_factory=list)
@@ -205,6 +266,10 @@ class ResponsesRequest(_Strict):
         """`nvext.agent_hints.speculative_prefill` (see `pipeline/speculative.py`)."""
         hints = self.nvext.agent_hints if self.nvext is not None else None
         return bool(hints is not None and hints.speculative_prefill)
+
+    @property
+    def wants_encrypted_reasoning(self) -> bool:
+        return bool(self.include and ENCRYPTED_REASONING_INCLUDE in self.include)
 
     @property
     def stores(self) -> bool:
@@ -274,7 +339,7 @@ def _refuse_unsupported(request: ResponsesRequest) -> None:
         raise UnsupportedFeatureError(
             "prompt_cache_options.prewarm is not supported", param="prompt_cache_options.prewarm"
         )
-    for name in ("conversation", "prompt", "moderation"):
+    for name in ("conversation", "prompt"):
         if getattr(request, name) is not None:
             raise UnsupportedFeatureError(
                 f"{name} is not supported by this server"
@@ -285,11 +350,6 @@ def _refuse_unsupported(request: ResponsesRequest) -> None:
                 ),
                 param=name,
             )
-    if request.background_options is not None:
-        raise UnsupportedFeatureError(
-            "background_options is not supported (background responses are not)",
-            param="background_options",
-        )
 
 
 def _check_metadata(metadata: dict[str, str] | None) -> None:

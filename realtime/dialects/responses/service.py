@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from realtime.dialects.responses import ids
@@ -48,6 +49,7 @@ from realtime.dialects.responses.errors import (
 )
 from realtime.dialects.responses.events import ResponseEvents, responses_usage
 from realtime.dialects.responses.objects import new_response
+from realtime.dialects.responses.reasoning_seal import ReasoningSeal
 from realtime.dialects.responses.request import ResponsesRequest, parse_responses_request
 from realtime.dialects.responses.steering import (
     AnswerMarks,
@@ -59,6 +61,7 @@ from realtime.dialects.responses.steering import (
     steer_items,
 )
 from realtime.model.generation import FinishReason
+from realtime.observability.logs import event as log_event
 from realtime.pipeline import ChatPipeline, PreparedChat
 from realtime.pipeline.events import Finish, Step, Usage
 from realtime.pipeline.offload import off_loop, prepare_chat
@@ -68,6 +71,8 @@ from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
 from realtime.store.base import Chain, ResponseStore, StoredResponse, StoreError
 
 T = TypeVar("T")
+
+log = logging.getLogger("realtime.responses")
 
 #: Responses followed back from a `previous_response_id` at most. The prompt's
 #: token budget ends a long conversation far sooner; this bounds the lookups.
@@ -91,7 +96,7 @@ class PreparedResponse:
     #: False: the socket's warm-up (`generate: false`): the prompt is prefilled, no
     #: output is returned, and the response (input only) can be continued.
     generate: bool = True
-    #: The socket's cache session (None over HTTP).
+    #: The cache session: the socket's, or over HTTP `prompt_cache_key`'s (else None).
     session_id: str | None = None
     #: Characters of its frame and history: a large prompt is built off the event loop.
     size: int = 0
@@ -155,11 +160,14 @@ class ResponsesService:
         *,
         limits: InputLimits = DEFAULT_INPUT_LIMITS,
         max_chain: int = MAX_CHAIN,
+        seal: ReasoningSeal | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.store = store
         self.limits = limits
         self.max_chain = max_chain
+        #: seals and opens reasoning items' `encrypted_content` (a random key if none)
+        self.seal = seal if seal is not None else ReasoningSeal()
 
     def owner(self, api_key: bytes | None) -> str | None:
         """The owner of what a caller with `api_key` stores (None on an open server)."""
@@ -180,12 +188,14 @@ class ResponsesService:
         owner: str | None,
         local: ResponseStore | None = None,
         session_id: str | None = None,
+        cache_salt: str | None = None,
         warm_next_turn: bool = False,
     ) -> PreparedResponse:
         """Everything that can fail before the first event (`begin`, then `build_prompt`).
         Raises RealtimeError.
 
-        `session_id` is the socket's cache session; `warm_next_turn` warms the next
+        `session_id` is the cache session (the socket's, or over HTTP the one
+        `prompt_cache_key` names) and `cache_salt` its salt; `warm_next_turn` warms the next
         turn's prefix after this answer (speculative prefill) whatever the request
         says; a request asks for it itself with `nvext.agent_hints.speculative_prefill`."""
         prepared = await self.begin(
@@ -196,6 +206,8 @@ class ResponsesService:
             session_id=session_id,
             warm_next_turn=warm_next_turn,
         )
+        if cache_salt is not None:
+            prepared.generation = replace(prepared.generation, cache_salt=cache_salt)
         await self.build_prompt(prepared, stream=stream)
         return prepared
 
@@ -218,6 +230,7 @@ class ResponsesService:
         long conversation is rebuilt, and later prepared, in a worker thread
         (`off_loop`): tens of thousands of items would stall every client's loop."""
         records = await self._history(request.previous_response_id, owner, local)
+        _log_hosted_tools(request)
         size += sum(record.size for record in records)
         work = functools.partial(
             self._plan_from,
@@ -335,7 +348,7 @@ class ResponsesService:
         I/O (`begin` calls it with the history it read; the pipeline prepares it)."""
         generate = getattr(request, "generate", None) is not False
         generation = responses_generation(
-            request, history, generate=generate, warm_next_turn=warm_next_turn
+            request, history, generate=generate, warm_next_turn=warm_next_turn, seal=self.seal
         )
         tokenizer = self.pipeline.engine.info.tokenizer
         created_at = time.time()
@@ -349,6 +362,8 @@ class ResponsesService:
             response,
             logprobs=request.wants_logprobs,
             count_tokens=lambda text: len(tokenizer.encode(text)),
+            tools=request.function_tools,
+            seal=self.seal if request.wants_encrypted_reasoning else None,
         )
         return ResponsePlan(generation, events, generate, created_at)
 
@@ -584,6 +599,15 @@ class ResponsesService:
 
     async def aclose(self) -> None:
         await self.store.close()
+
+
+def _log_hosted_tools(request: ResponsesRequest) -> None:
+    """One INFO line per request that declares hosted tools: which fields were left out
+    (their paths and types, never their contents)."""
+    hosted = request.function_tools.hosted
+    if hosted:
+        params = [f"{path} ({kind})" for path, kind in hosted]
+        log_event(log, "responses.hosted_tools", params=params)
 
 
 class _ChainWalk:

@@ -31,11 +31,20 @@ Constrained sequences (`EngineRequest.constraint`: a JSON schema, enforced tool 
 banned tool markers) each get their own matcher when they are added. After every pass
 their rows of the logits are masked in one go (disallowed ids at -inf) before any
 other sampling step, the ban of EOS before `min_tokens` is dropped where it would
-leave no token (a complete answer allows only EOS), and each sampled token advances
+leave no token (a complete answer allows only EOS), and each sampled token goes to
 its matcher. A grammar that has taken EOS ends the answer (`eos`, even under
 `ignore_eos`); `max_tokens` cuts it off like any other (`length`, the partial text);
-a token the matcher refused (which the mask makes impossible) fails the request.
-Unconstrained rows of the same pass are left exactly as they were.
+a grammar that fails (a limit of its step budget) fails the request, as the
+request's fault (`RequestPart.CONSTRAINT`). Unconstrained rows of the same pass are
+left exactly as they were.
+
+A grammar's work for one token (taking the sampled token, then the next mask) is
+bounded by its step budget, but that can be far longer than a forward pass, so it
+never runs on this thread: it goes to the mask workers (`constrain/next_mask.py`)
+as soon as the token is sampled, and runs while the next forward pass does. A
+sequence whose mask is not ready when its logits are is *parked*: its logits row is
+kept, it is left out of passes, and it samples as soon as its mask is ready (at the
+start of a later step). A costly grammar therefore delays only its own sequence.
 
 Batched and alone. A batched pass computes a sequence's logits with other rows in the
 same matrix products, so they can differ from a lone run's in the last float bits; a
@@ -71,20 +80,24 @@ import logging
 import queue
 from collections import OrderedDict, deque
 from collections.abc import Hashable
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from realtime.constrain.logits import usable_bans
-from realtime.constrain.matcher import SequenceConstraint, allowed_rows
+from realtime.constrain.logits import unpack_rows, usable_bans
+from realtime.constrain.matcher import SequenceConstraint
+from realtime.constrain.next_mask import MaskWorkers, NextMask, mask_threads
 from realtime.engine.base import NORMAL_PRIORITY, EngineOutput, EngineRequest
 from realtime.engine.cpu.batch_cache import KVState
 from realtime.engine.cpu.runner import BatchRunner, Feed, Runner, SoloRunner, verify_batching
 from realtime.engine.cpu.sampling import SequenceSampler, sample_batch
 from realtime.engine.cpu.stats import CpuStats, RequestStats
+from realtime.engine.errors import RequestPart
 from realtime.engine.prefix_cache import PrefixCache, common_prefix_length
 from realtime.model.generation import FinishReason
 
@@ -108,6 +121,9 @@ CACHE_SCOPES = ("session", "salt")
 _NOTHING: frozenset[int] = frozenset()
 #: Sequences decoded together by default.
 DEFAULT_MAX_BATCH_SIZE = 32
+#: The longest the engine thread waits for a parked sequence's mask when nothing else
+#: can run, before it looks at its commands again (a new request, a cancel).
+PARKED_POLL_SECONDS = 0.002
 #: The unit the engine reports its KV cache in (`CpuEngine.snapshot`). It allocates per
 #: token; 16 tokens is vLLM's default block size, so tools that hash prompts in blocks of
 #: the reported size (the endpoint picker's prefix scorer) work on it as on vLLM.
@@ -138,9 +154,11 @@ class _Job:
         "generated",
         "job_id",
         "key",
+        "mask",
         "matcher",
         "max_tokens",
         "min_tokens",
+        "parked",
         "paused",
         "prompt_len",
         "request",
@@ -182,6 +200,10 @@ class _Job:
         self.max_tokens = request.stop.max_tokens
         #: the constraint's per-sequence matcher, when the request has one
         self.matcher: SequenceConstraint | None = None
+        #: its next mask, computed off this thread (see the module docs)
+        self.mask: NextMask | None = None
+        #: the logits of a token that waits for its mask (the job is parked meanwhile)
+        self.parked: torch.Tensor | None = None
         self.stats = RequestStats()
         #: `cached_tokens` for the first output; None once sent
         self.unsent_cached: int | None = 0
@@ -221,6 +243,9 @@ class CpuBackend:
         self._pending: list[tuple[int, EngineOutput]] = []
         #: the last pass was a prefill (decode and prefill passes alternate)
         self._prefilled_last = False
+        #: jobs holding logits until their mask is ready, and who computes masks
+        self._parked: dict[int, _Job] = {}
+        self._mask_workers = MaskWorkers(mask_threads(torch.get_num_threads()))
         #: which prefilling job goes first in the next prefill pass
         self._prefill_turn = 0
         #: session ids ended from the event loop (`CpuEngine.end_session`), not yet applied
@@ -315,6 +340,8 @@ class CpuBackend:
                     f"this model has {self.vocab_size}"
                 )
             job.matcher = constraint.start()
+            job.mask = NextMask(job.matcher, constraint.binding.mask_words, self._mask_workers)
+            job.mask.after(None)  # the first mask, while the prompt is computed
         ends = set(request.stop.stop_token_ids)
         if not request.stop.ignore_eos:
             ends |= self.options.eos_token_ids
@@ -359,14 +386,19 @@ class CpuBackend:
             return True
         if self._waiting and self._runner.has_room():
             return True
+        if any(not job.paused for job in self._parked.values()):
+            return True
         return any(not self._jobs[j].paused for j in self._batch)
 
     def step(self) -> list[tuple[int, EngineOutput]]:
         outputs, self._pending = self._pending, []
+        outputs += self._sample_parked()
         self._admit()
         prefill = self._prefill_feeds()
         decode = [
-            job for j in self._batch if not (job := self._jobs[j]).prefilling and not job.paused
+            job
+            for j in self._batch
+            if not (job := self._jobs[j]).prefilling and not job.paused and job.parked is None
         ]
         if prefill and not (decode and self._prefilled_last):
             self._prefilled_last = True
@@ -377,11 +409,14 @@ class CpuBackend:
             outputs += self._run(self._runner, feeds)
         else:
             warm = self._next_background()
-            if warm is not None:
+            if warm is not None and warm.parked is None:
                 chunk = self.options.background_chunk_tokens or self.options.prefill_chunk_tokens
                 end = min(len(warm.tokens), warm.computed + chunk)
                 feed = Feed(warm.job_id, warm.tokens[warm.computed : end], warm.computed)
                 outputs += self._run(self._solo, [(warm, feed)])
+            elif self._parked:
+                # Only sequences waiting for their grammar: wait a little for one of them.
+                self._wait_parked()
         self._count_held()
         return outputs
 
@@ -392,6 +427,7 @@ class CpuBackend:
         self._batch.clear()
         self._background.clear()
         self._pending.clear()
+        self._parked.clear()
         self._runner.clear()
         self._solo.clear()
         self.prefixes.clear()
@@ -400,6 +436,7 @@ class CpuBackend:
 
     def close(self) -> None:
         self.recover()
+        self._mask_workers.close()
         self.model = None
 
     # --- scheduling ---
@@ -444,6 +481,7 @@ class CpuBackend:
 
     def _dequeue(self, job: _Job) -> None:
         job_id = job.job_id
+        self._parked.pop(job_id, None)
         if job.background:
             turn = self._background.get(job.request.priority)
             if turn is not None:
@@ -530,9 +568,30 @@ class CpuBackend:
         if not ready:
             return []
         row_logits = logits[rows] if len(rows) < size else logits
+        if any(job.mask is not None and not job.mask.ready for job in ready):
+            # Their grammar is still working on the mask: keep their logits, sample the rest.
+            kept = []
+            for k, job in enumerate(ready):
+                if job.mask is not None and not job.mask.ready:
+                    job.parked = row_logits[k].clone()
+                    self._parked[job.job_id] = job
+                    stats.tokens_parked += 1
+                else:
+                    kept.append(k)
+            if not kept:
+                return []
+            ready = [ready[k] for k in kept]
+            row_logits = row_logits[kept]
+        return self._sample(ready, row_logits)
+
+    def _sample(
+        self, ready: list[_Job], row_logits: torch.Tensor
+    ) -> list[tuple[int, EngineOutput]]:
+        """Each job's next token from its row of `row_logits` ([len(ready), vocab]), masked
+        by its constraint (whose mask is ready), and the outputs."""
         banned = [job.suppressed if job.generated < job.min_tokens else _NOTHING for job in ready]
         failures: dict[int, str] = {}
-        if any(job.matcher is not None for job in ready):
+        if any(job.mask is not None for job in ready):
             row_logits, failures = _constrain(row_logits, ready, banned)
         chosen = sample_batch([job.sampler for job in ready], row_logits, banned)
         outputs = []
@@ -540,9 +599,40 @@ class CpuBackend:
             output = self._next_token(job, sampled.token_id, sampled.logprob, failures.get(index))
             if output.finish_reason is not None:
                 self._finish(job, output.finish_reason)
+            elif job.mask is not None:
+                job.mask.after(sampled.token_id)  # the next mask, during the next pass
             outputs.append((job.job_id, output))
-        stats.tokens_generated += len(ready)
+        self.stats.tokens_generated += len(ready)
         return outputs
+
+    def _sample_parked(self) -> list[tuple[int, EngineOutput]]:
+        """Sample the parked jobs whose mask is now ready (and whose reader keeps up)."""
+        if not self._parked:
+            return []
+        ready = [
+            job
+            for job in self._parked.values()
+            if not job.paused and job.mask is not None and job.mask.ready
+        ]
+        if not ready:
+            return []
+        logits = []
+        for job in ready:
+            del self._parked[job.job_id]
+            assert job.parked is not None
+            logits.append(job.parked)
+            job.parked = None
+        return self._sample(ready, torch.stack(logits))
+
+    def _wait_parked(self) -> None:
+        """Block for at most `PARKED_POLL_SECONDS` until a parked job's mask is ready."""
+        futures = [
+            future
+            for job in self._parked.values()
+            if job.mask is not None and (future := job.mask.future) is not None
+        ]
+        if futures:
+            wait(futures, timeout=PARKED_POLL_SECONDS, return_when=FIRST_COMPLETED)
 
     def _next_token(
         self, job: _Job, token: int, logprob: Any, failure: str | None = None
@@ -552,21 +642,27 @@ class CpuBackend:
         tokens.append(token)
         job.generated += 1
         job.stats.tokens_generated += 1
-        matcher = job.matcher
-        if matcher is not None and failure is None and not matcher.advance(token):
-            failure = matcher.error or f"token {token} is outside the constraint"
         if failure is not None:
-            # The token broke the constraint: it is not shown, the request fails.
+            # The grammar failed (its step budget, most likely): the token drawn from
+            # nothing but EOS is not shown, and the request fails, as its own fault.
             job.unsent_cached = None
             error = f"constrained decoding failed: {failure}"
-            return EngineOutput([], finish_reason=FinishReason.ERROR, error=error)
+            return EngineOutput(
+                [], finish_reason=FinishReason.ERROR, error=error, error_part=RequestPart.CONSTRAINT
+            )
+        constraint = job.request.constraint
         reason: FinishReason | None = None
         on_token = False
         if token in job.suppressed:  # EOS (unless ignored) or a stop id
             on_token = True
             reason = FinishReason.STOP if token in stop.stop_token_ids else FinishReason.EOS
-        elif matcher is not None and matcher.done:
-            # The grammar took its EOS: the answer is complete, even under ignore_eos.
+        elif (
+            constraint is not None
+            and constraint.ends_answer
+            and token in constraint.binding.eos_token_ids
+        ):
+            # The grammar allowed EOS (its answer is complete), and EOS was drawn: the
+            # answer ends, even under ignore_eos.
             on_token = True
             reason = FinishReason.EOS
         elif (job.max_tokens is not None and job.generated >= job.max_tokens) or len(
@@ -655,19 +751,25 @@ def _constrain(
     """`logits` ([len(jobs), vocab]) with the constrained rows masked, and each row's
     `banned` ids (EOS before min_tokens) dropped where that would leave no token.
 
-    Also returns the rows whose constraint allows nothing (a failed matcher), with why:
-    they may draw only EOS, and the request fails after the draw.
+    Each constrained job's mask is ready (computed off this thread: `NextMask`).
+    Also returns the rows whose constraint failed or allows nothing, with why: they
+    may draw only EOS, and the request fails after the draw.
     """
-    index = [i for i, job in enumerate(jobs) if job.matcher is not None]
-    matchers = [m for i in index if (m := jobs[i].matcher) is not None]
+    index = [i for i, job in enumerate(jobs) if job.mask is not None]
+    masks = [m for i in index if (m := jobs[i].mask) is not None]
     constraint = jobs[index[0]].request.constraint
     assert constraint is not None
     binding = constraint.binding
-    allowed = allowed_rows(matchers, binding)
+    errors = [mask.error for mask in masks]
+    words = np.stack([mask.bits for mask in masks])
+    allowed = unpack_rows(words, binding.width)
     failures: dict[int, str] = {}
-    for k in torch.nonzero(~allowed.any(dim=-1)).flatten().tolist():
-        failures[index[k]] = matchers[k].error or "the constraint allows no next token"
-        allowed[k, sorted(binding.eos_token_ids)] = True
+    empty = set(torch.nonzero(~allowed.any(dim=-1)).flatten().tolist())
+    for k, error in enumerate(errors):
+        if error is not None or k in empty:
+            failures[index[k]] = error or "the constraint allows no next token"
+            allowed[k] = False
+            allowed[k, sorted(binding.eos_token_ids)] = True
     for k, i in enumerate(index):
         if banned[i]:
             banned[i] = frozenset(usable_bans(allowed[k], banned[i]))

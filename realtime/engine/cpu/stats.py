@@ -67,6 +67,9 @@ class CpuStats:
     requests_paused: int = 0
     #: forward passes run for background-priority jobs (speculative warm-ups)
     background_forward_passes: int = 0
+    #: tokens whose logits waited for their grammar's mask (the sequence was parked out
+    #: of passes meanwhile; see backend.py)
+    tokens_parked: int = 0
     #: entries and tokens currently held by the prefix cache, and evictions so far
     cache_entries: int = 0
     cache_tokens: int = 0

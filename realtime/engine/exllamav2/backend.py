@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from realtime.engine.base import NORMAL_PRIORITY, EngineOutput, EngineRequest, SamplingParams
+from realtime.engine.errors import RequestPart
 from realtime.engine.exllamav2.salt import salt_seed
 from realtime.engine.prefix_cache import common_prefix_length
 from realtime.model.generation import FinishReason, TokenLogprob
@@ -285,7 +286,9 @@ class ExLlamaV2Backend:
             self.generator.cancel(job.handle)
         self._forget(job_id, job)
         error = f"constrained decoding failed: {failure}"
-        return EngineOutput([], finish_reason=FinishReason.ERROR, error=error)
+        return EngineOutput(
+            [], finish_reason=FinishReason.ERROR, error=error, error_part=RequestPart.CONSTRAINT
+        )
 
     def recover(self) -> None:
         """Forget every job after `iterate()` raised, and the page table with them.

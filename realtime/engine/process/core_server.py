@@ -291,9 +291,13 @@ class EngineCoreServer:
                     f"this engine cannot enforce constraints: {reason or 'no grammar support'}"
                 )
             from realtime.constrain.matcher import ConstraintCompiler
+            from realtime.constrain.priority import lower_priority
 
+            # Each spec carries its limits (bounded compile); below the steps in priority.
             self._compiler = ConstraintCompiler(binding)
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="realtime-grammar")
+            self._pool = ThreadPoolExecutor(
+                1, thread_name_prefix="realtime-grammar", initializer=lower_priority
+            )
         return self._compiler.cached(spec)
 
     def _wake(self) -> None:

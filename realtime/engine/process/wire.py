@@ -130,13 +130,14 @@ def encode_request(request: EngineRequest) -> tuple[Any, ...]:
         request.cache_salt,
         request.session_id,
         request.priority,
+        request.warm_up,
         spec,
     )
 
 
 def decode_request(values: tuple[Any, ...]) -> tuple[EngineRequest, Any]:
     """The request (without its constraint) and the constraint's spec (or None)."""
-    rid, prompt, sampling, stop, logprobs, salt, session, priority, spec = values
+    rid, prompt, sampling, stop, logprobs, salt, session, priority, warm_up, spec = values
     request = EngineRequest(
         rid,
         prompt,
@@ -146,6 +147,7 @@ def decode_request(values: tuple[Any, ...]) -> tuple[EngineRequest, Any]:
         cache_salt=salt,
         session_id=session,
         priority=priority,
+        warm_up=warm_up,
     )
     return request, spec
 
@@ -161,18 +163,21 @@ def encode_output(output: EngineOutput) -> tuple[Any, ...]:
         None if output.finish_reason is None else output.finish_reason.value,
         output.cached_tokens,
         output.error,
+        None if output.error_part is None else output.error_part.value,
         output.stopped_on_token,
     )
 
 
 def decode_output(values: tuple[Any, ...]) -> EngineOutput:
-    tokens, logprobs, finish, cached, error, stopped = values
+    tokens, logprobs, finish, cached, error, part, stopped = values
     return EngineOutput(
         tokens,
         None if logprobs is None else [TokenLogprob(t, lp, top) for t, lp, top in logprobs],
         None if finish is None else FinishReason(finish),
         cached_tokens=cached,
         error=error,
+        # whose fault: a grammar that met a limit mid-answer is the request's (a 400)
+        error_part=None if part is None else RequestPart(part),
         stopped_on_token=stopped,
     )
 

@@ -13,8 +13,11 @@ from realtime.protocol.errors import (
     UnknownFieldError,
     UnsupportedFeatureError,
 )
+from tests.e2e.agent_clis import REPO_ROOT
 
 FUNCTION = {"type": "function", "name": "f", "parameters": {"type": "object"}, "strict": True}
+MCP = {"type": "mcp"}
+GRAMMAR = {"type": "grammar"}
 
 
 def parse(**body: Any) -> Any:
@@ -154,9 +157,27 @@ def test_every_supported_item_type_is_normalized() -> None:
             "input.0.summary.0.text",
         ),
         (
-            {"input": "x", "tools": [{"type": "web_search"}]},
-            UnsupportedFeatureError,
-            "tools.0.type",
+            {"input": "x", "tools": [{"type": "namespace", "name": "n", "tools": []}]},
+            InvalidRequestError,
+            "tools.0.description",
+        ),
+        (
+            {
+                "input": "x",
+                "tools": [{"type": "namespace", "name": "n", "description": "d", "tools": [MCP]}],
+            },
+            InvalidRequestError,
+            "tools.0.tools.0.type",
+        ),
+        (
+            {"input": "x", "tools": [FUNCTION, {"type": "custom", "name": "f"}]},
+            InvalidRequestError,
+            "tools.1.name",
+        ),
+        (
+            {"input": "x", "tools": [{"type": "custom", "name": "c", "format": GRAMMAR}]},
+            InvalidRequestError,
+            "tools.0.format.grammar.syntax",
         ),
         ({"input": "x", "tools": [{"type": "spaceship"}]}, InvalidRequestError, "tools.0.type"),
         ({"input": "x", "tools": ["f"]}, InvalidTypeError, "tools.0"),
@@ -235,8 +256,7 @@ def test_every_supported_item_type_is_normalized() -> None:
             InvalidRequestError,
             "input.0.encrypted_content",
         ),
-        ({"input": "x", "moderation": {"model": "m"}}, UnsupportedFeatureError, "moderation"),
-        ({"input": "x", "background_options": {}}, UnsupportedFeatureError, "background_options"),
+        ({"input": "x", "client_metadata": {"a": 1}}, InvalidTypeError, "client_metadata.a"),
         (
             {"input": "x", "prompt_cache_options": {"prewarm": True}},
             UnsupportedFeatureError,
@@ -302,6 +322,83 @@ def test_fields_the_sdk_sends_that_change_nothing_are_accepted() -> None:
             "function": {"name": "f", "parameters": {"type": "object"}, "strict": True},
         }
     ]
+
+
+#: A value of each field as a client sends it (Codex's own where it sends one).
+SDK_FIELD_VALUES: dict[str, Any] = {
+    "model": "m",
+    "input": [{"type": "message", "role": "user", "content": "x"}],
+    "instructions": "be brief",
+    "previous_response_id": None,
+    "store": False,
+    "stream": True,
+    "metadata": {"k": "v"},
+    "temperature": 0.5,
+    "top_p": 0.9,
+    "max_output_tokens": 16,
+    "tools": [FUNCTION, {"type": "web_search"}],
+    "tool_choice": "auto",
+    "parallel_tool_calls": True,
+    "text": {"format": {"type": "text"}, "verbosity": "low"},
+    "include": ["reasoning.encrypted_content"],
+    "top_logprobs": 2,
+    "prompt_cache_key": "thread-1",
+    "user": "u",
+    "safety_identifier": "s",
+    "prompt_cache_retention": "24h",
+    "prompt_cache_options": {"mode": "implicit"},
+    "service_tier": "auto",
+    "reasoning": {"summary": "auto"},
+    "max_tool_calls": 3,
+    "truncation": "disabled",
+    "background": False,
+    "background_options": {},
+    "image": {"context_compression": "auto"},
+    "access_programs": {"cyber": "standard"},
+    "stream_options": {"include_obfuscation": False},
+    "context_management": [{"type": "compaction", "compact_threshold": 1000}],
+    "moderation": {"model": "omni-moderation-latest"},
+    "client_metadata": {"thread_id": "t", "x-codex-turn-metadata": '{"turn_id": "x"}'},
+    "conversation": None,
+    "prompt": None,
+}
+
+
+def sdk_fields() -> set[str]:
+    from openai.types.responses import response_create_params as sdk
+
+    fields: set[str] = {"client_metadata"}
+    for params in (sdk.ResponseCreateParamsStreaming, sdk.ResponseCreateParamsNonStreaming):
+        fields |= params.__required_keys__ | params.__optional_keys__
+    return fields
+
+
+def test_every_field_of_the_installed_sdk_is_classified_and_accepted() -> None:
+    """A field a newer SDK adds fails here until it is served or documented as no-op."""
+    from realtime.dialects.responses.request import (
+        NO_EFFECT_FIELDS,
+        REFUSED_FIELDS,
+        SERVED_FIELDS,
+    )
+
+    fields = sdk_fields()
+    classified = SERVED_FIELDS | NO_EFFECT_FIELDS | REFUSED_FIELDS
+    assert fields == classified, (sorted(fields - classified), sorted(classified - fields))
+    assert not SERVED_FIELDS & NO_EFFECT_FIELDS and not REFUSED_FIELDS & classified - REFUSED_FIELDS
+    assert set(SDK_FIELD_VALUES) == fields
+    request = parse_responses_request(SDK_FIELD_VALUES)  # every field at once is accepted
+    assert request.wants_encrypted_reasoning and request.function_tools.names == ["f"]
+    for name in sorted(fields):  # and each alone
+        alone = {"model": "m", "input": "x", "stream": True, name: SDK_FIELD_VALUES[name]}
+        parse_responses_request(alone)
+
+
+def test_every_sdk_field_is_in_the_protocol_reference() -> None:
+    text = (REPO_ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+    section = text[text.index("### The Responses API (`/v1/responses`)") :]
+    section = section[: section.index("#### The response store")]
+    missing = sorted(name for name in sdk_fields() if f"`{name}`" not in section)
+    assert not missing, missing
 
 
 def test_the_socket_event_is_the_same_request_with_its_own_fields() -> None:
