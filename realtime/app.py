@@ -277,6 +277,7 @@ def build_app(
         speculative_timeout=config.speculative_timeout_seconds,
         max_speculative=config.max_speculative,
         max_tokens_cap=config.max_tokens_cap,
+        max_tokens_policy=config.max_tokens_policy,
         constraint_limits=constraint_limits(config),
         meter=vllm,
     )

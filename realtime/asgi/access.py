@@ -122,7 +122,8 @@ class AccessGuard:
         if presented is None:
             return AuthenticationError(
                 "You didn't provide an API key. Send `Authorization: Bearer <key>`"
-                " (browsers: the WebSocket subprotocol realtime-key.<key>).",
+                " (browsers: the WebSocket subprotocol realtime-key.<key> or"
+                " openai-insecure-api-key.<key>).",
                 code="missing_api_key",
             )
         if not self.keys.matches(presented):

@@ -5,8 +5,9 @@ the time taken does not say which key nearly matched) and are never logged or
 echoed. A key may arrive as `Authorization: Bearer <key>` (HTTP, and WebSocket
 clients that can set headers), as `x-api-key: <key>` (the Anthropic SDKs and
 Claude Code) or, for browsers, which cannot set headers on a
-WebSocket, as a subprotocol `realtime-key.<key>` offered next to `realtime`: the
-server selects `realtime` and never echoes the key. Query strings are never
+WebSocket, as a subprotocol `realtime-key.<key>` offered next to `realtime`, or
+`openai-insecure-api-key.<key>`, as OpenAI's browser class (`OpenAIRealtimeWebSocket`)
+sends it: the server selects `realtime` and never echoes the key. Query strings are never
 read: URLs end up in proxy logs and browser histories (which query parameters
 count as credentials is `realtime.protocol.credentials`).
 
@@ -26,8 +27,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from realtime.protocol.credentials import KEY_SUBPROTOCOL_PREFIXES
+
 SUBPROTOCOL = "realtime"
-KEY_SUBPROTOCOL_PREFIX = "realtime-key."
 
 #: RFC 7230 token characters: what a subprotocol name may contain, so every key
 #: works in the browser subprotocol as well as in a header.
@@ -108,9 +110,11 @@ def presented_key(headers: Sequence[tuple[bytes, bytes]]) -> bytes | None:
 
 
 def subprotocol_key(subprotocols: Sequence[str]) -> bytes | None:
+    """The key offered as a subprotocol (`KEY_SUBPROTOCOL_PREFIXES`), the first one offered."""
     for offered in subprotocols:
-        if offered.startswith(KEY_SUBPROTOCOL_PREFIX):
-            return offered[len(KEY_SUBPROTOCOL_PREFIX) :].encode("utf-8", "surrogateescape")
+        for prefix in KEY_SUBPROTOCOL_PREFIXES:
+            if offered.startswith(prefix):
+                return offered[len(prefix) :].encode("utf-8", "surrogateescape")
     return None
 
 

@@ -885,10 +885,20 @@ FLAGS: tuple[Flag, ...] = (
         none_as=0,
         limit=Limit(
             "tokens",
-            "largest `max_tokens`; above it 400 / `error` frame `max_tokens_exceeded`;"
+            "largest `max_tokens`; above it the answer stops there (`length`), or with"
+            " `--max-tokens-policy error` 400 / `error` frame `max_tokens_exceeded`;"
             " without `max_tokens` the answer stops there (`length`). Default: the model's"
             " context",
         ),
+    ),
+    Flag(
+        "--max-tokens-policy",
+        "limits",
+        "a max_tokens beyond what fits (the context after the prompt, then"
+        " --max-tokens-cap): `clamp` cuts it to what fits (the answer then ends with the"
+        " length finish reason), `error` refuses it with 400 (default %(default)s)",
+        field="max_tokens_policy",
+        choices=("clamp", "error"),
     ),
     # --- messages (/v1/messages) --------------------------------------------------------
     Flag(

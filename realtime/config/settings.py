@@ -108,6 +108,8 @@ class ServerConfig:
 
     # both transports
     max_tokens_cap: int | None = None
+    #: A `max_tokens` beyond what fits: "clamp" cuts it to what fits, "error" refuses it.
+    max_tokens_policy: str = "clamp"
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     max_json_values: int = DEFAULT_MAX_JSON_VALUES
     max_stop_strings: int = DEFAULT_MAX_STOP_STRINGS

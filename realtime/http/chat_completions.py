@@ -1,6 +1,7 @@
 """POST /v1/chat/completions: SSE when `stream` is true, one JSON body otherwise.
 
-Parsing and the chat pipeline are the route's; serving (draining, metrics,
+Parsing, the cache scope (an agent's session header, `serving.scope_of`) and the
+chat pipeline are the route's; serving (draining, metrics,
 disconnects, shutdown) is `serving.py`'s, shared with /v1/completions.
 """
 
@@ -11,7 +12,7 @@ from starlette.responses import Response
 
 from realtime.dialects.chat.request import parse_chat_request
 from realtime.dialects.chat.run import ChatRun
-from realtime.http.serving import begin, read_json_body, respond
+from realtime.http.serving import begin, read_json_body, respond, scope_of
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import RealtimeError
 
@@ -23,8 +24,15 @@ async def chat_completions(request: Request) -> Response:
     try:
         limits = state.http.input_limits
         chat_request = parse_chat_request(await read_json_body(request), limits)
+        scope = scope_of(request, outcome)
         streaming = bool(chat_request.stream)
-        run = ChatRun.prepare(pipeline, chat_request, stream=streaming)
+        run = ChatRun.prepare(
+            pipeline,
+            chat_request,
+            stream=streaming,
+            session_id=scope.session_id,
+            cache_salt=scope.cache_salt,
+        )
         await run.constrain()  # a grammar compiles off the loop, before the 200
     except RealtimeError as exc:
         outcome.finish("error", error=exc)

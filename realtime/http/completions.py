@@ -11,9 +11,10 @@ from starlette.responses import Response
 
 from realtime.dialects.chat.build import completion_generation
 from realtime.dialects.chat.completions import parse_completion_request
-from realtime.http.serving import begin, read_json_body, respond
+from realtime.http.serving import begin, read_json_body, respond, scope_of
 from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.errors import RealtimeError
+from realtime.protocol.generation_request import owned_by
 
 
 async def completions(request: Request) -> Response:
@@ -23,12 +24,14 @@ async def completions(request: Request) -> Response:
     try:
         limits = state.http.input_limits
         body = parse_completion_request(await read_json_body(request), limits)
+        scope = scope_of(request, outcome)
         streaming = bool(body.stream)
         prepared = pipeline.prepare(
-            completion_generation(body),
+            owned_by(completion_generation(body), scope.cache_salt),
             stream=streaming,
             echo=bool(body.echo),
             include_usage=body.include_usage,
+            session_id=scope.session_id,
         )
         await pipeline.constrain(prepared)  # a grammar compiles off the loop, before the 200
     except RealtimeError as exc:

@@ -5,7 +5,7 @@
     POST /v1/messages/count_tokens    {"input_tokens": N}
 
 The logic is the dialect's (`realtime.dialects.messages`); this module adds HTTP:
-the body, the cache scope an agent's session header chooses (`cache_scope.py`),
+the body, the cache scope an agent's session header chooses (`serving.scope_of`),
 the SSE framing (each event `event: <type>` + `data: <json>`, keep-alives as
 `ping` events, a late failure as an `error` event, no `[DONE]`), and errors in
 Anthropic's body. Serving (draining, metrics, disconnects, shutdown) is
@@ -29,10 +29,9 @@ from realtime.dialects.messages.build import (
 )
 from realtime.dialects.messages.errors import error_body
 from realtime.dialects.messages.run import MessagesRun, count_tokens
-from realtime.http.cache_scope import cache_scope
 from realtime.http.errors import Endpoint, openai_errors
 from realtime.http.http_settings import HttpSettings
-from realtime.http.serving import begin, read_json_body, respond
+from realtime.http.serving import begin, read_json_body, respond, scope_of
 from realtime.http.sse import SseFraming
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import RealtimeError
@@ -72,8 +71,7 @@ async def create_message(request: Request) -> Response:
     outcome = begin(request)
     try:
         body = parse_messages_request(await read_json_body(request), settings.input_limits)
-        scope = cache_scope(request.scope["headers"], keys_enabled=settings.keys_enabled)
-        outcome.cache_scope = scope.label
+        scope = scope_of(request, outcome)
         streaming = bool(body.stream)
         run = MessagesRun.prepare(
             pipeline,

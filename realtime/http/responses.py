@@ -30,8 +30,8 @@ from realtime.asgi.auth import bearer_token
 from realtime.asgi.responses import ORJSONResponse
 from realtime.dialects.responses.request import Includable, ResponsesRequest
 from realtime.dialects.responses.service import MAX_LIST_LIMIT, PreparedResponse, ResponsesService
-from realtime.http.cache_scope import NO_SCOPE, CacheScope, field_scope
-from realtime.http.serving import begin, read_json_body, respond
+from realtime.http.cache_scope import CacheScope, field_scope
+from realtime.http.serving import Outcome, begin, read_json_body, respond, scope_of
 from realtime.http.sse import SseFraming
 from realtime.pipeline.offload import off_loop
 from realtime.protocol.errors import InvalidRequestError, RealtimeError, UnknownFieldError
@@ -56,16 +56,19 @@ def _service(request: Request) -> ResponsesService:
     return service
 
 
-def _cache_scope(request: Request, parsed: ResponsesRequest) -> CacheScope:
-    """`prompt_cache_key` as the request's cache session (scoped to the caller's key)."""
+def _cache_scope(request: Request, parsed: ResponsesRequest, outcome: Outcome) -> CacheScope:
+    """The request's cache session, scoped to the caller's key: `prompt_cache_key` when
+    the body names one (the client's explicit choice), else an agent's session header."""
     if parsed.prompt_cache_key is None:
-        return NO_SCOPE
-    return field_scope(
+        return scope_of(request, outcome)
+    scope = field_scope(
         parsed.prompt_cache_key,
         request.scope["headers"],
         keys_enabled=request.app.state.http.keys_enabled,
         param="prompt_cache_key",
     )
+    outcome.cache_scope = scope.label
+    return scope
 
 
 def _owner(request: Request, service: ResponsesService) -> str | None:
@@ -82,9 +85,8 @@ async def create_response(request: Request) -> Response:
         body = await read_json_body(request)
         # Validating every input item of a large body takes as long as its size: off the loop.
         parsed = await off_loop(functools.partial(service.parse, body), len(await request.body()))
+        scope = _cache_scope(request, parsed, outcome)
         streaming = bool(parsed.stream)
-        scope = _cache_scope(request, parsed)
-        outcome.cache_scope = scope.label
         prepared = await service.prepare(
             parsed,
             stream=streaming,

@@ -27,8 +27,9 @@ from starlette.responses import Response
 
 from realtime.asgi.lifecycle import Lifecycle
 from realtime.asgi.responses import ORJSONResponse, error_response
+from realtime.http.cache_scope import CacheScope, cache_scope
 from realtime.http.sse import CHAT_FRAMING, EventStreamResponse, SseFraming
-from realtime.observability.logs import event
+from realtime.observability.logs import event, field_name
 from realtime.observability.metrics import Metrics, RequestTimer
 from realtime.pipeline.offload import off_loop
 from realtime.protocol.errors import (
@@ -99,11 +100,22 @@ class Outcome:
             status=status,
             cause=cause,
             error_code=error.code if error is not None else None,
+            error_param=field_name(error.param) if error is not None else None,
             prompt_tokens=usage["prompt_tokens"] if usage else None,
             completion_tokens=usage["completion_tokens"] if usage else None,
             ttft_ms=self.timer.ttft_ms,
             duration_ms=round((time.perf_counter() - self.timer.started) * 1000, 3),
         )
+
+
+def scope_of(request: Request, outcome: Outcome) -> CacheScope:
+    """The request's cache scope, from an agent's session header (`cache_scope.py`), for
+    every generation route; its label goes into the request's log line. Raises
+    InvalidRequestError (a malformed header)."""
+    keys: bool = request.app.state.http.keys_enabled
+    scope = cache_scope(request.scope["headers"], keys_enabled=keys)
+    outcome.cache_scope = scope.label
+    return scope
 
 
 def begin(request: Request) -> Outcome:

@@ -19,12 +19,14 @@ from typing import Any
 
 import orjson
 
-from realtime.protocol.credentials import is_credential_param
+from realtime.protocol.credentials import KEY_SUBPROTOCOL_PREFIXES, is_credential_param
 
 #: A query parameter: separator, name, "=", value. The name is decoded before it is judged.
 _QUERY_PARAM = re.compile(r"([?&;])([^=&;\s\"'?#]+)=([^&;\s\"'#]*)")
 _BEARER = re.compile(r"(?i)(bearer\s+)[^\s\"']+")
-_KEY_SUBPROTOCOL = re.compile(r"(realtime-key\.)[^\s,\"']+")
+_KEY_SUBPROTOCOL = re.compile(
+    "(" + "|".join(re.escape(prefix) for prefix in KEY_SUBPROTOCOL_PREFIXES) + r")[^\s,\"']+"
+)
 #: Header lines that carry credentials, as debug logs print them ("< authorization: ...").
 _CREDENTIAL_HEADER = re.compile(
     r"(?i)((?:proxy-)?authorization|x-api-key|api-key|cookie)(\s*[:=]\s*)[^\r\n\"']+"
@@ -55,6 +57,21 @@ def event(logger: logging.Logger, name: str, level: int = logging.INFO, **fields
     """Log one event with structured fields (only formatted if the level is enabled)."""
     if logger.isEnabledFor(level):
         logger.log(level, name, extra={"fields": {"event": name, **fields}})
+
+
+#: The longest field name a log line quotes (an unknown field's name is the client's text).
+MAX_LOGGED_NAME_CHARS = 128
+_UNPRINTABLE = re.compile(r"[^\x21-\x7e]")
+
+
+def field_name(name: str | None) -> str | None:
+    """A field's name as a log line may show it: the error's `param` (never a value),
+    printable ASCII only and cut at MAX_LOGGED_NAME_CHARS, so a client that names an
+    unknown field cannot write lines or bulk into the log."""
+    if name is None:
+        return None
+    shown = _UNPRINTABLE.sub("?", name[: MAX_LOGGED_NAME_CHARS + 1])
+    return shown if len(shown) <= MAX_LOGGED_NAME_CHARS else shown[:MAX_LOGGED_NAME_CHARS] + "..."
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:

@@ -1,18 +1,20 @@
 """How many tokens an answer may have: what fits after its prompt, at most the server's cap.
 
-Decided once per request, inside `prepare`, for every API. A limit the request
-asks for must fit the model's context after the prompt (else 400
-`context_length_exceeded`); without one, the answer may fill the context. The
-server's `--max-tokens-cap` then narrows that: a limit the client set above the
-cap is refused (400 `max_tokens_exceeded`); any other limit is cut to the cap, and
-such an answer ends with `finish_reason` `length`.
+Decided once per request, inside `prepare`, for every API. Without a limit, the
+answer may fill the context after the prompt, and the server's `--max-tokens-cap`
+narrows that; such an answer ends with `finish_reason` `length`.
 
-A request that asks to be clamped (`OutputAsk.clamp`, from the neutral request's
-`max_tokens_clamp`: the Messages API, where Claude Code sends `max_tokens: 32000`
-whatever the model) gets neither refusal: its limit is cut to the room after the
-prompt and to the cap, and an answer that reaches it ends with the length finish
-reason (`max_tokens` on the Messages API). A prompt that leaves no room at all is
-still refused, on every policy.
+A limit the client asks for beyond what fits is cut to what fits by default
+(`--max-tokens-policy clamp`): to the room after the prompt, then to the cap, and
+an answer that reaches it ends with the length finish reason (`length`,
+`max_tokens` on the Messages API). Agents send one limit whatever the model
+(opencode `max_tokens: 32000`, Claude Code the same), so refusing it would refuse
+every request on a small model. Under `--max-tokens-policy error` such a limit is
+refused instead: beyond the room 400 `context_length_exceeded`, above the cap 400
+`max_tokens_exceeded`; a request may still ask to be clamped whatever the policy
+(`OutputAsk.clamp`, from the neutral request's `max_tokens_clamp`: the Messages
+API, whose clients never expect the refusal). A prompt that leaves no room at all
+is refused on every policy.
 """
 
 from __future__ import annotations
@@ -54,11 +56,19 @@ class PromptOverflow:
 Overflow = Callable[[PromptOverflow], InvalidRequestError]
 
 
+#: `--max-tokens-policy` values: cut a limit beyond what fits, or refuse it.
+MAX_TOKENS_POLICIES = ("clamp", "error")
+
+
 class TokenBudget:
-    def __init__(self, max_tokens_cap: int | None = None):
+    def __init__(self, max_tokens_cap: int | None = None, policy: str = "clamp"):
         if max_tokens_cap is not None and max_tokens_cap < 1:
             raise ValueError(f"the max tokens cap must be at least 1, got {max_tokens_cap}")
+        if policy not in MAX_TOKENS_POLICIES:
+            raise ValueError(f"the max tokens policy must be one of {MAX_TOKENS_POLICIES}")
         self.max_tokens_cap = max_tokens_cap
+        #: every request clamped, not only those that ask (`OutputAsk.clamp`)
+        self.clamp = policy == "clamp"
 
     def limits(
         self,
@@ -68,11 +78,12 @@ class TokenBudget:
         overflow: Overflow,
     ) -> list[int]:
         """Each prompt's output limit. Raises InvalidRequestError (see the module docstring)."""
+        clamp = ask.clamp or self.clamp
         limits = []
         for index, prompt_tokens in enumerate(prompt_lengths):
             room = context_length - prompt_tokens
             limit = ask.tokens if ask.tokens is not None else room
-            if ask.clamp and 0 < room < limit:
+            if clamp and 0 < room < limit:
                 limit = room
             if room <= 0 or limit > room:
                 raise overflow(
@@ -82,7 +93,7 @@ class TokenBudget:
         cap = self.max_tokens_cap
         if cap is None:
             return limits
-        if ask.explicit and not ask.clamp and ask.tokens is not None and ask.tokens > cap:
+        if ask.explicit and not clamp and ask.tokens is not None and ask.tokens > cap:
             raise OutputLimitError(
                 f"{ask.field} is {ask.tokens} but this server allows at most {cap} tokens"
                 " per answer",

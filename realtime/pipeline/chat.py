@@ -98,6 +98,7 @@ class ChatPipeline:
         speculative_timeout: float = 30.0,
         max_speculative: int = 8,
         max_tokens_cap: int | None = None,
+        max_tokens_policy: str = "clamp",
         constraint_limits: ConstraintLimits | None = None,
         meter: VllmMetrics | None = None,
     ):
@@ -109,7 +110,9 @@ class ChatPipeline:
         hint); `max_speculative`: warm-ups pending at once (the oldest goes).
 
         `max_tokens_cap`: the server's cap on an answer's tokens (`--max-tokens-cap`),
-        shared with the text-completion pipeline built on this one.
+        shared with the text-completion pipeline built on this one;
+        `max_tokens_policy`: "clamp" cuts a `max_tokens` beyond what fits to what fits,
+        "error" refuses it (`--max-tokens-policy`, see `budget.py`).
 
         `constraint_limits`: what a client may ask the grammar engine to compile
         (`--max-schema-bytes`, `--max-schema-depth`, `--grammar-cache-size`).
@@ -124,7 +127,9 @@ class ChatPipeline:
         info = engine.info
         self.model_name = info.name
         #: the path to engine requests, shared with `CompletionPipeline`
-        self.requests = EngineRequestBuilder(engine, info.name, TokenBudget(max_tokens_cap))
+        self.requests = EngineRequestBuilder(
+            engine, info.name, TokenBudget(max_tokens_cap, max_tokens_policy)
+        )
         #: constrained decoding's plans and compiler, shared with `CompletionPipeline`
         self.constraints = Constraints(engine, constraint_limits)
         self.tool_parser = resolve_tool_parser(tool_parser, info.chat_template.source)

@@ -59,10 +59,12 @@ class CompletionPipeline:
         stream: bool = True,
         echo: bool = False,
         include_usage: bool = False,
+        session_id: str | None = None,
     ) -> PreparedCompletion:
         """Validate against the model and build one engine request per prompt.
         `echo`: each choice starts with its prompt's text; `include_usage`: a usage
-        chunk ends the stream (a non-streamed answer always gets its usage)."""
+        chunk ends the stream (a non-streamed answer always gets its usage);
+        `session_id`: the cache session the transport chose (as `ChatPipeline.prepare`)."""
         chat = self.chat
         requests, paths = chat.requests, request.paths
         requests.check_model(request)
@@ -88,10 +90,14 @@ class CompletionPipeline:
             prompts,
             request_ids,
             ask=OutputAsk(
-                request.max_tokens, explicit=request.max_tokens_explicit, field=paths.max_tokens
+                request.max_tokens,
+                explicit=request.max_tokens_explicit,
+                field=paths.max_tokens,
+                clamp=request.max_tokens_clamp,
             ),
             overflow=lambda overflow: _overflow(overflow, paths),
             logprobs=request.logprobs,
+            session_id=session_id,
         )
         chunks = CompletionChunks(
             model=chat.model_name,

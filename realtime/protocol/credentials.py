@@ -11,6 +11,11 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote_plus
 
+#: WebSocket subprotocols that carry an API key, as `<prefix><key>`: ours (`realtime-key.`),
+#: and OpenAI's browser class's (`openai-insecure-api-key.`). Read by the access guard,
+#: redacted in logs.
+KEY_SUBPROTOCOL_PREFIXES = ("realtime-key.", "openai-insecure-api-key.")
+
 #: Query parameters that look like credentials; refused, never read.
 CREDENTIAL_PARAMS = frozenset(
     {"api_key", "api-key", "apikey", "key", "token", "access_token", "auth", "authorization"}

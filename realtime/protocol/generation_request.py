@@ -17,7 +17,7 @@ as chat's `top_k` and `nvext.top_k`, decides between them while it builds).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from realtime.protocol.conversation import FunctionTool, Item, ToolChoice
@@ -128,3 +128,13 @@ class GenerationRequest:
     #: `nvext.extra_fields`: extra fields returned with the final chunk
     extra_fields: frozenset[str] = frozenset()
     paths: FieldPaths = CHAT_PATHS
+
+
+def owned_by(request: GenerationRequest, owner: str | None) -> GenerationRequest:
+    """`request` with its cache salt scoped to `owner` (the caller's key, as the transport
+    names it), ahead of the client's own salt: callers with different keys never share a
+    cached prefix, whatever salt they send. None: `request` as it is."""
+    if owner is None:
+        return request
+    salt = owner if request.cache_salt is None else f"{owner}:{request.cache_salt}"
+    return replace(request, cache_salt=salt)

@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from realtime.observability.logs import event
+from realtime.observability.logs import event, field_name
 from realtime.observability.metrics import Metrics
 from realtime.protocol.errors import EngineError, EngineUnavailableError
 from realtime.session.actions import RequestEnded, RequestRefused
@@ -72,6 +72,7 @@ def record_ended(metrics: Metrics, conn_id: str, ended: RequestEnded) -> None:
         status=status,
         cause=ended.cause if status == "cancelled" else None,
         error_code=error.code if error is not None else None,
+        error_param=field_name(error.param) if error is not None else None,
         prompt_tokens=usage["prompt_tokens"] if usage else None,
         completion_tokens=usage["completion_tokens"] if usage else None,
         ttft_ms=timer.ttft_ms if timer is not None else None,
@@ -89,4 +90,5 @@ def record_refused(metrics: Metrics, conn_id: str, refused: RequestRefused) -> N
         conn_id=conn_id,
         request_id=refused.request_id,
         error_code=refused.error.code,
+        error_param=field_name(refused.error.param),
     )

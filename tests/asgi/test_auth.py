@@ -52,6 +52,9 @@ def test_bearer_header_parsing():
 
 def test_subprotocol_key():
     assert subprotocol_key(["realtime", "realtime-key.sk-x"]) == b"sk-x"
+    # OpenAI's browser class (`OpenAIRealtimeWebSocket`) sends its key this way
+    assert subprotocol_key(["realtime", "openai-insecure-api-key.sk-o"]) == b"sk-o"
+    assert subprotocol_key(["realtime", "openai-project.p1"]) is None
     assert subprotocol_key(["realtime"]) is None
 
 
@@ -112,10 +115,10 @@ def test_allowed_origin_list_and_star():
 def test_redaction_of_query_keys_bearer_tokens_subprotocols_and_literal_keys():
     line = (
         'GET /v1/models?api_key=sk-secret&x=1 "Authorization: Bearer sk-tok"'
-        " realtime, realtime-key.sk-sub and sk-literal"
+        " realtime, realtime-key.sk-sub and sk-literal, openai-insecure-api-key.sk-oai"
     )
     cleaned = redact(line, ["sk-literal"])
-    for secret in ("sk-secret", "sk-tok", "sk-sub", "sk-literal"):
+    for secret in ("sk-secret", "sk-tok", "sk-sub", "sk-literal", "sk-oai"):
         assert secret not in cleaned
     assert "x=1" in cleaned and "[redacted]" in cleaned
 

@@ -1,10 +1,12 @@
-"""Agent CLIs (Claude Code, ...) for the end-to-end tests: where they are, and a sandbox.
+"""Agent CLIs (Claude Code, opencode) and the Node SDK for the end-to-end tests: where
+they are, and a sandbox.
 
 `scripts/test` installs each CLI at a pinned version from npm into
 `.venv/agents` and sets REALTIME_REQUIRE_AGENTS=1, which turns a missing CLI (or
 a machine that cannot make a network namespace) into a failure instead of a skip,
 so a broken install cannot pass silently (as REALTIME_REQUIRE_BROWSER does for
-Chromium). REALTIME_CLAUDE and REALTIME_CODEX name other binaries.
+Chromium). REALTIME_CLAUDE, REALTIME_CODEX and REALTIME_OPENCODE name other
+binaries.
 
 Every CLI runs inside a network namespace of its own with only loopback
 (`unshare -n`, then `ip link set lo up`), with the server started inside the same
@@ -14,6 +16,7 @@ it needs nothing but the server.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -26,6 +29,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 AGENTS_PREFIX = REPO_ROOT / ".venv" / "agents"
 CLAUDE_CODE_VERSION = "2.1.332"
 CODEX_VERSION = "0.171.0"
+OPENCODE_VERSION = "1.18.33"
+#: The `openai` npm package (its `OpenAIRealtimeWebSocket`), for the Node client test.
+OPENAI_NODE_VERSION = "7.57.0"
 
 
 def unavailable(reason: str) -> None:
@@ -66,6 +72,40 @@ def codex_binary() -> str:
     if version != f"codex-cli {CODEX_VERSION}":
         unavailable(f"Codex CLI is {version!r}, the tests pin {CODEX_VERSION}")
     return found
+
+
+def opencode_binary() -> str:
+    """The opencode binary at the pinned version (else skip, or fail when required)."""
+    found = os.environ.get("REALTIME_OPENCODE") or _installed("opencode")
+    if found is None:
+        unavailable(
+            f"opencode is not installed (npm install --prefix .venv/agents"
+            f" opencode-ai@{OPENCODE_VERSION}; scripts/test does it)"
+        )
+    assert found is not None
+    version = subprocess.run(
+        [found, "--version"], capture_output=True, text=True, timeout=60, check=False
+    ).stdout.strip()
+    if version != OPENCODE_VERSION:
+        unavailable(f"opencode is {version!r}, the tests pin {OPENCODE_VERSION}")
+    return found
+
+
+def openai_node_package() -> Path:
+    """The `openai` npm package's directory at the pinned version, and `node` to run it."""
+    if shutil.which("node") is None:
+        unavailable("node is not installed (Debian's nodejs; scripts/test installs it)")
+    package = AGENTS_PREFIX / "node_modules" / "openai"
+    manifest = package / "package.json"
+    if not manifest.exists():
+        unavailable(
+            f"the openai npm package is not installed (npm install --prefix .venv/agents"
+            f" openai@{OPENAI_NODE_VERSION}; scripts/test does it)"
+        )
+    version = json.loads(manifest.read_text(encoding="utf-8")).get("version")
+    if version != OPENAI_NODE_VERSION:
+        unavailable(f"the openai npm package is {version!r}, the tests pin {OPENAI_NODE_VERSION}")
+    return package
 
 
 def require_netns() -> None:

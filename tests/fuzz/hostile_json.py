@@ -165,8 +165,27 @@ def many_stops(draw: st.DrawFn) -> str:
     return json.dumps(chat_body("one two three", stop=stops))
 
 
-hostile_chat_bodies = st.one_of(deep_chat(), odd_chat(), many_stops())
-hostile_completion_bodies = st.one_of(deep_completion(), odd_completion())
+#: Output limits around and far beyond any context: clamped (the default policy) or refused.
+huge_limits = st.sampled_from([1, 31_999, 32_000, 32_768, 10**9, 2**31, 2**63, 2**64 + 1])
+
+
+@st.composite
+def huge_limit_chat(draw: st.DrawFn) -> str:
+    """An agent's `max_tokens` beyond the context (opencode sends 32000 to every model)."""
+    field = draw(st.sampled_from(["max_tokens", "max_completion_tokens"]))
+    body = chat_body(draw(st.text(max_size=30)), stream=draw(st.booleans()))
+    body[field] = draw(huge_limits)
+    return json.dumps(body)
+
+
+@st.composite
+def huge_limit_completion(draw: st.DrawFn) -> str:
+    body = {"model": "echo", "prompt": draw(st.text(max_size=20)), "max_tokens": draw(huge_limits)}
+    return json.dumps(body)
+
+
+hostile_chat_bodies = st.one_of(deep_chat(), odd_chat(), many_stops(), huge_limit_chat())
+hostile_completion_bodies = st.one_of(deep_completion(), odd_completion(), huge_limit_completion())
 
 
 # --- /v1/responses ---
@@ -241,6 +260,14 @@ def odd_responses(draw: st.DrawFn) -> str:
              | st.sampled_from(["gAAAAA", "gAAAAAB" + "A" * 100]))},
             {"role": "user", "content": "x"},
         ]  # fmt: skip
+    if draw(st.booleans()):  # thinking control: efforts, summaries, and nonsense
+        efforts = st.sampled_from(["none", "minimal", "low", "medium", "high", "xhigh", ""])
+        body["reasoning"] = {
+            name: draw(efforts | json_values)
+            for name in draw(st.lists(st.sampled_from(REASONING_FIELDS), max_size=3))
+        }
+    if draw(st.booleans()):
+        body["max_output_tokens"] = draw(huge_limits)
     return json.dumps(body)
 
 
@@ -268,6 +295,10 @@ def odd_codex_tool(draw: st.DrawFn) -> Any:
         "description": "d",
         "tools": [member, draw(st.sampled_from([{"type": "web_search"}, member]))],
     }
+
+
+#: `reasoning`'s fields, and one it does not have.
+REASONING_FIELDS = ("effort", "summary", "generate_summary", "context", "mode", "budget")
 
 
 #: Where deep JSON goes in a Responses request.

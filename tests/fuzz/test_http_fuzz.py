@@ -10,6 +10,10 @@ connection. Properties:
   another connection;
 * the server logs no ERROR line and no traceback.
 
+Bodies include agents' output limits far beyond the context (clamped, or refused
+under the error policy), Responses' `reasoning` of any shape, and agent session
+headers of any bytes on every generation route.
+
 Derandomized and bounded (a few hundred bodies) so the test takes seconds.
 """
 
@@ -352,6 +356,70 @@ def test_fuzzed_stored_response_routes_never_get_a_5xx(
     finally:
         client.close()
     assert stats.get("404", 0) > 10 and stats.get("400", 0) > 10 and "200" in stats, stats
+    assert not error_log.records, [r.getMessage() for r in error_log.records]
+
+
+#: Agent session headers (`x-session-id`...) and what they may carry: empty, long,
+#: spaces, control characters, bytes that are not ASCII.
+SESSION_HEADER_NAMES = (
+    "x-session-id", "session-id", "x-session-affinity", "x-claude-code-session-id",
+    "x-dynamo-session-id", "X-Session-Id",
+)  # fmt: skip
+#: Bytes an HTTP client may send in a header value: visible ASCII, obs-text, inner blanks.
+_HEADER_BYTES = [*range(0x21, 0x7F), *range(0x80, 0x100), 0x20, 0x09]
+session_values = st.one_of(
+    st.lists(st.sampled_from(_HEADER_BYTES), max_size=40).map(lambda b: bytes(b).strip()),
+    st.sampled_from([b"", b"a" * 256, b"a" * 257, b"a" * 20_000, b"two words", b"\xff\xfe"]),
+)
+_GENERATION_BODIES = {
+    "/v1/chat/completions": {"model": "echo", "messages": [{"role": "user", "content": "s"}]},
+    "/v1/completions": {"model": "echo", "prompt": "s", "max_tokens": 4},
+    "/v1/responses": {"model": "echo", "input": "s", "max_output_tokens": 4},
+    "/v1/messages": {
+        "model": "echo",
+        "max_tokens": 4,
+        "messages": [{"role": "user", "content": "s"}],
+    },
+}
+
+
+def test_fuzzed_session_headers_never_get_a_5xx(
+    fuzz_server: RunningServer, error_log: ErrorLog
+) -> None:
+    """Every generation route with one or more agent session headers of any bytes: a 200,
+    a 400 naming the header, or the header limits' 431; never a 5xx."""
+    client = httpx.Client(base_url=fuzz_server.http_url, timeout=30)
+    stats: dict[str, int] = {}
+    headers = st.lists(
+        st.tuples(st.sampled_from(SESSION_HEADER_NAMES), session_values), min_size=1, max_size=3
+    )
+
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(st.sampled_from(sorted(_GENERATION_BODIES)), headers)
+    def one_call(path: str, sent: list[tuple[str, bytes]]) -> None:
+        answer = client.post(path, json=_GENERATION_BODIES[path], headers=sent)
+        assert answer.status_code < 500, (answer.status_code, answer.text[:300])
+        key = f"{path} {answer.status_code}"
+        stats[key] = stats.get(key, 0) + 1
+        if answer.status_code == 400:
+            assert "session" in answer.text or "affinity" in answer.text, answer.text[:300]
+        for _, value in sent:
+            if len(value) > 8 and answer.status_code != 200:
+                assert value.decode("latin-1") not in answer.text  # the value is never echoed
+
+    try:
+        one_call()
+    finally:
+        client.close()
+    for path in _GENERATION_BODIES:  # every route reads the headers: answers and refusals
+        assert stats.get(f"{path} 200", 0) > 3 and stats.get(f"{path} 400", 0) > 3, stats
     assert not error_log.records, [r.getMessage() for r in error_log.records]
 
 

@@ -178,8 +178,11 @@ def test_fuzzed_frames_never_break_websocket_mode(
     assert stats["frames"] >= 500, stats
     # A coverage bound, not the property (every socket's probe is checked above): about
     # half the sockets draw no fatal frame, and the draw varies with the strategies'
-    # state, so a quarter is the bound (97 of 200 was seen in a full run).
-    assert stats["kept_working"] > EXAMPLES // 4 and stats["errors"] > EXAMPLES, stats
+    # state, so a quarter is the bound (97 of 200 was seen in a full run). Refusals: fewer
+    # since a max_output_tokens beyond the context is clamped, not refused (147 to 195 for
+    # 200 sockets were seen on a loaded machine), so one per two sockets is the bound.
+    assert stats["kept_working"] > EXAMPLES // 4, stats
+    assert stats["errors"] > EXAMPLES // 2, stats
     assert any(k.startswith("closed_") for k in stats), stats
     assert not error_log.records, [r.getMessage() for r in error_log.records]
     assert fuzz_server.thread.is_alive()

@@ -11,6 +11,10 @@ server, then a probe (an out-of-band `response.create`). Properties:
   nothing a client sends in a valid text frame closes it;
 * no event carries traceback text and no error is an `internal_error`;
 * every `response.created` gets exactly one `response.done`.
+
+And browser-style subprotocol offers at the handshake (`realtime`, key carriers,
+garbage): the socket opens selecting `realtime` exactly when it was offered, or is
+refused with 401, never echoing a key.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from realtime.config import ServerConfig
@@ -211,3 +215,61 @@ def test_fuzzed_events_never_close_the_socket(fuzz_server: RunningServer) -> Non
     metrics = scrape_metrics(server.http_url)
     assert not any(k.startswith("realtime_state_violations_total") for k in metrics)
     assert server.thread.is_alive()
+
+
+#: RFC 7230 token characters: what a subprotocol may be made of.
+_TOKEN_CHARS = "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+SUBPROTOCOL_KEY = "sk-fuzz-subprotocol"
+subprotocols = st.lists(
+    st.one_of(
+        st.sampled_from(
+            ["realtime", f"openai-insecure-api-key.{SUBPROTOCOL_KEY}", "openai-project.p",
+             f"realtime-key.{SUBPROTOCOL_KEY}", "openai-insecure-api-key.", "realtime-key."]
+        ),
+        st.builds(
+            lambda prefix, tail: prefix + tail,
+            st.sampled_from(["openai-insecure-api-key.", "realtime-key.", "openai-beta.", ""]),
+            st.text(alphabet=_TOKEN_CHARS, min_size=1, max_size=80),
+        ),
+    ),
+    min_size=1,
+    max_size=4,
+)  # fmt: skip
+
+
+def test_fuzzed_subprotocol_offers_open_or_are_refused_cleanly() -> None:
+    """Browser-style offers (`realtime`, key carriers, routing protocols, garbage) on the
+    Realtime events' URL of a keyed server: the socket opens (the right key offered),
+    selecting `realtime` exactly when it was offered, or the handshake is refused with
+    401; the key offered is never echoed."""
+    server = start_server(ServerConfig(api_keys=(SUBPROTOCOL_KEY,), log_level="warning"))
+    stats: Counter[str] = Counter()
+
+    @settings(
+        max_examples=100,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(subprotocols)
+    def one_offer(offered: list[str]) -> None:
+        try:
+            with connect(server.ws_url + "?model=echo", subprotocols=offered) as ws:  # type: ignore[arg-type]
+                selected = ws.subprotocol
+                assert json.loads(ws.recv(timeout=10))["type"] == "session.created"
+        except InvalidStatus as refused:
+            response = refused.response
+            assert response.status_code == 401, (offered, response.status_code)
+            assert SUBPROTOCOL_KEY not in (response.body or b"").decode("latin-1")
+            stats["refused"] += 1
+            return
+        assert selected == ("realtime" if "realtime" in offered else None), (offered, selected)
+        stats["opened"] += 1
+
+    try:
+        one_offer()
+    finally:
+        server.stop()
+    assert stats["opened"] > 5 and stats["refused"] > 5, stats

@@ -618,11 +618,19 @@ def test_bad_parameters_are_400_naming_the_param(http, body, param, code):
     assert param.split(".")[-1] in error["message"]
 
 
-def test_max_tokens_beyond_the_context_is_400(http, server):
+def test_max_tokens_beyond_the_context_is_400_under_the_error_policy(server_factory):
+    server = server_factory(ServerConfig(max_tokens_policy="error", log_level="warning"))
     body = {**GOOD, "max_tokens": server.engine.info.context_length + 1}
-    response = http.post("/v1/chat/completions", json=body)
+    response = httpx.post(server.http_url + "/v1/chat/completions", json=body, timeout=30)
     assert_openai_error(response, 400, param="max_tokens", code="context_length_exceeded")
     assert server.engine.stats.requests_started == 0
+
+
+def test_max_tokens_beyond_the_context_is_clamped_by_default(http, server):
+    body = {**GOOD, "max_tokens": server.engine.info.context_length + 1}
+    response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200
+    assert server.engine.stats.requests_started == 1
 
 
 def test_top_logprobs_without_logprobs_is_400(http):

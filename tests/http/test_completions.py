@@ -89,7 +89,6 @@ def test_echo_stop_and_logprobs(sdk):
         ({"prompt": []}, 400, "prompt", None),
         ({"prompt": "x", "max_tokenz": 2}, 400, "max_tokenz", "unknown_field"),
         ({"prompt": "x", "logprobs": 9}, 400, "logprobs", None),
-        ({"prompt": "x", "max_tokens": 10_000_000}, 400, "max_tokens", "context_length_exceeded"),
         ({"prompt": "x", "model": "nope"}, 404, "model", "model_not_found"),
     ],
 )
@@ -115,9 +114,15 @@ def test_a_client_that_disconnects_stops_the_engine(server_factory):
 
 
 def test_max_tokens_cap_applies_to_completions_too(server_factory):
-    server = server_factory(ServerConfig(max_tokens_cap=3, log_level="warning"))
+    config = ServerConfig(max_tokens_cap=3, max_tokens_policy="error", log_level="warning")
+    server = server_factory(config)
     url = server.http_url + "/v1/completions"
     capped = httpx.post(url, json={"model": "echo", "prompt": TEXT}).json()
     assert capped["usage"]["completion_tokens"] == 3
     refused = httpx.post(url, json={"model": "echo", "prompt": TEXT, "max_tokens": 5})
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "max_tokens_exceeded"
+    beyond = {"model": "echo", "prompt": "x", "max_tokens": 10_000_000}
+    refused = httpx.post(url, json=beyond)
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert (error["param"], error["code"]) == ("max_tokens", "context_length_exceeded")

@@ -364,7 +364,6 @@ BAD_BODIES: list[tuple[dict[str, Any], str]] = [
     ({"model": "echo", "input": "x", "max_output_tokens": "5"}, "max_output_tokens"),
     ({"model": "echo", "input": "x", "metadata": {"a": 1}}, "metadata.a"),
     ({"model": "echo", "input": "x", "background": True}, "background"),
-    ({"model": "echo", "input": "x", "max_output_tokens": 10**9}, "max_output_tokens"),
     ({"model": "other", "input": "x"}, "model"),
     ({"model": "echo", "input": "x", "stream": True, "top_p": 7}, "top_p"),
 ]

@@ -128,12 +128,18 @@ def _socket_paths(server: ServerProcess, seen: list[str]) -> None:
     ):
         seen.append(_refusal(url, subprotocols=subprotocols, origin="https://evil.example"))
     seen.append(_refusal(url, subprotocols=["realtime", f"realtime-key.{WRONG}"]))
+    # OpenAI's browser class's key carrier, on the Realtime events' URL
+    insecure = ["realtime", f"openai-insecure-api-key.{WRONG}"]
+    seen.append(_refusal(url + "?model=echo", subprotocols=insecure))
+    insecure = ["realtime", f"openai-insecure-api-key.{CANARY}"]
+    seen.append(_refusal(url + "?model=echo", subprotocols=insecure, origin="https://evil.example"))
     seen.append(_refusal(url, additional_headers={"Authorization": WRONG}))
     seen.append(_refusal(f"{url}?%61pi_key={CANARY}"))
     protocol = "Sec-WebSocket-Protocol"
     raw = [
         _ws_head("/v1/realtime", [(protocol, f"realtime, realtime-key.{CANARY},, ;x")]),
         _ws_head("/v1/realtime", [(protocol, f"realtime-key.{WRONG}\x7f")]),
+        _ws_head("/v1/realtime?model=x", [(protocol, f"openai-insecure-api-key.{CANARY},, ;x")]),
         _ws_head("/v1/realtime", [(protocol, f"realtime-key.{CANARY}"), ("X-Pad", "p" * 9000)]),
         _ws_head("/v1/realtime", [("Authorization", f"Bearer {WRONG}"),
                                    ("Sec-WebSocket-Version", "99")]),

@@ -1,4 +1,7 @@
-"""The token budget alone: the context check and the server's cap, decided in one place."""
+"""The token budget alone: the context check and the server's cap, decided in one place.
+
+The refusals are `--max-tokens-policy error`'s (`TokenBudget(policy="error")`); the
+default policy clamps (the tests at the end)."""
 
 from __future__ import annotations
 
@@ -43,7 +46,9 @@ def test_a_prompt_that_leaves_no_room_is_described_to_the_api(
 ) -> None:
     seen: list[PromptOverflow] = []
     with pytest.raises(InvalidRequestError):
-        TokenBudget(max_tokens_cap=100).limits(prompts, CONTEXT, ask(tokens), overflow(seen))
+        TokenBudget(max_tokens_cap=100, policy="error").limits(
+            prompts, CONTEXT, ask(tokens), overflow(seen)
+        )
     assert seen == [expected]
 
 
@@ -55,7 +60,7 @@ def test_the_cap_cuts_every_limit_the_client_did_not_set() -> None:
 
 
 def test_a_limit_the_client_set_above_the_cap_is_refused() -> None:
-    budget = TokenBudget(max_tokens_cap=4)
+    budget = TokenBudget(max_tokens_cap=4, policy="error")
     assert budget.limits([1], CONTEXT, ask(4), overflow([])) == [4]
     with pytest.raises(OutputLimitError) as info:
         budget.limits(
@@ -71,7 +76,7 @@ def test_a_limit_the_client_set_above_the_cap_is_refused() -> None:
 def test_the_context_is_checked_before_the_cap() -> None:
     seen: list[PromptOverflow] = []
     with pytest.raises(InvalidRequestError) as info:
-        TokenBudget(max_tokens_cap=4).limits([8], CONTEXT, ask(50), overflow(seen))
+        TokenBudget(max_tokens_cap=4, policy="error").limits([8], CONTEXT, ask(50), overflow(seen))
     assert info.value.code == "context_length_exceeded" and len(seen) == 1
 
 
@@ -96,3 +101,27 @@ def test_a_prompt_that_leaves_no_room_is_refused_even_when_clamped() -> None:
     with pytest.raises(InvalidRequestError):
         TokenBudget().limits([10], CONTEXT, clamped(32000), overflow(seen))
     assert seen == [PromptOverflow(0, 10, 32000, 0, CONTEXT, "max_tokens")]
+
+
+def test_the_default_policy_clamps_every_request() -> None:
+    """`--max-tokens-policy clamp` (the default): a limit the client set beyond the room or
+    the cap is cut to what fits, without the request asking for it."""
+    assert TokenBudget().limits([3, 8], CONTEXT, ask(32000), overflow([])) == [7, 2]
+    assert TokenBudget(max_tokens_cap=4).limits([3], CONTEXT, ask(32000), overflow([])) == [4]
+    assert TokenBudget(max_tokens_cap=4).limits([3], CONTEXT, ask(3), overflow([])) == [3]
+    seen: list[PromptOverflow] = []
+    with pytest.raises(InvalidRequestError):  # still: a prompt that leaves no room at all
+        TokenBudget().limits([10], CONTEXT, ask(5), overflow(seen))
+    assert seen == [PromptOverflow(0, 10, 5, 0, CONTEXT, "max_tokens")]
+
+
+def test_the_error_policy_refuses_unless_the_request_asks_to_be_clamped() -> None:
+    budget = TokenBudget(max_tokens_cap=4, policy="error")
+    with pytest.raises(OutputLimitError):
+        budget.limits([1], CONTEXT, ask(5), overflow([]))
+    assert budget.limits([3], CONTEXT, clamped(32000), overflow([])) == [4]
+
+
+def test_an_unknown_policy_is_refused_at_startup() -> None:
+    with pytest.raises(ValueError, match="policy"):
+        TokenBudget(policy="truncate")

@@ -30,10 +30,10 @@ from realtime.protocol.errors import (
 TEXT = "Hello world, this is the echo model speaking"
 
 
-def make_pipeline(**options: Any) -> ChatPipeline:
+def make_pipeline(max_tokens_policy: str = "clamp", **options: Any) -> ChatPipeline:
     engine = EchoEngine(**options)
     asyncio.run(engine.start())
-    return ChatPipeline(engine)
+    return ChatPipeline(engine, max_tokens_policy=max_tokens_policy)
 
 
 def req(content: str = TEXT, **fields: Any) -> Any:
@@ -192,8 +192,14 @@ def test_prompt_beyond_context() -> None:
     assert info.value.message == "the prompt is 5 tokens; the model's context is 5 tokens"
 
 
-def test_max_tokens_beyond_the_room_left() -> None:
+def test_max_tokens_beyond_the_room_left_is_cut_to_it_by_default() -> None:
     pipeline = make_pipeline(context_length=5)
+    prepared = ChatRun.prepare(pipeline, req("one two three", max_tokens=32000))
+    assert prepared.engine_request.stop.max_tokens == 2
+
+
+def test_max_tokens_beyond_the_room_left_under_the_error_policy() -> None:
+    pipeline = make_pipeline("error", context_length=5)
     with pytest.raises(InvalidRequestError) as info:
         ChatRun.prepare(pipeline, req("one two three", max_tokens=3))
     assert info.value.code == "context_length_exceeded"

@@ -26,10 +26,13 @@ from realtime.protocol.errors import (
 TEN_WORDS = "one two three four five six seven eight nine ten"
 
 
-def pipelines(cap: int | None, *, context_length: int = 32768) -> tuple[ChatPipeline, Any]:
+def pipelines(
+    cap: int | None, *, context_length: int = 32768, policy: str = "error"
+) -> tuple[ChatPipeline, Any]:
+    """Refusing pipelines (`--max-tokens-policy error`), unless `policy` says otherwise."""
     engine = EchoEngine(context_length=context_length)
     asyncio.run(engine.start())
-    chat = ChatPipeline(engine, max_tokens_cap=cap)
+    chat = ChatPipeline(engine, max_tokens_cap=cap, max_tokens_policy=policy)
     return chat, CompletionPipeline(chat)
 
 

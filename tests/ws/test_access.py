@@ -90,6 +90,36 @@ async def test_browser_subprotocol_key_opens_and_only_realtime_is_selected(keyed
         assert text_of(await collect_until_terminal(ws)) == "from a browser"
 
 
+@pytest.mark.parametrize("path", ["", "?model=echo"])
+async def test_openais_browser_key_carrier_opens_and_realtime_is_selected(keyed, path):
+    """`OpenAIRealtimeWebSocket` offers `realtime` and `openai-insecure-api-key.<key>`, and
+    fails a handshake that selects none of them."""
+    offered = ["realtime", f"openai-insecure-api-key.{KEY}", "openai-project.p1"]
+    async with connect(keyed.ws_url + path, subprotocols=offered) as ws:
+        assert ws.subprotocol == "realtime"
+        assert KEY not in ws.response.headers.get("Sec-WebSocket-Protocol", "")
+        if path:  # the Realtime events: the server speaks first
+            assert json.loads(await ws.recv())["type"] == "session.created"
+        else:
+            await ws.send(chat("from a browser"))
+            assert text_of(await collect_until_terminal(ws)) == "from a browser"
+
+
+async def test_the_realtime_events_select_realtime_when_offered_without_keys(server):
+    async with connect(server.ws_url + "?model=echo", subprotocols=["realtime"]) as ws:
+        assert ws.subprotocol == "realtime"
+        assert json.loads(await ws.recv())["type"] == "session.created"
+    async with connect(server.ws_url + "?model=echo") as ws:  # the Python SDK offers none
+        assert ws.subprotocol is None
+
+
+async def test_a_wrong_openai_key_carrier_is_refused_with_401(keyed):
+    offered = ["realtime", "openai-insecure-api-key.sk-nope"]
+    response = await _refused(keyed.ws_url + "?model=echo", subprotocols=offered)
+    assert response.status_code == 401
+    assert "sk-nope" not in response.text
+
+
 async def test_wrong_subprotocol_key_is_refused_with_401(keyed):
     response = await _refused(keyed.ws_url, subprotocols=["realtime", "realtime-key.sk-nope"])
     assert response.status_code == 401

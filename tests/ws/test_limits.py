@@ -158,7 +158,8 @@ async def test_max_session_sends_a_warning_then_closes_1000_after_the_grace(serv
 async def test_max_tokens_above_the_cap_is_refused_and_the_default_is_cut_at_the_cap(
     server_factory,
 ):
-    server = server_factory(ServerConfig(max_tokens_cap=3, log_level="warning"))
+    config = ServerConfig(max_tokens_cap=3, max_tokens_policy="error", log_level="warning")
+    server = server_factory(config)
     async with connect(server.ws_url) as ws:
         await ws.send(chat(TEN_WORDS, request_id="asks", max_tokens=5))
         refused = await collect_until_terminal(ws)
@@ -174,8 +175,9 @@ async def test_max_tokens_above_the_cap_is_refused_and_the_default_is_cut_at_the
     assert default[-1]["usage"]["completion_tokens"] == 3
 
 
-def test_max_tokens_cap_on_http_is_a_400(server_factory):
-    server = server_factory(ServerConfig(max_tokens_cap=3, log_level="warning"))
+def test_max_tokens_cap_on_http_is_a_400_under_the_error_policy(server_factory):
+    config = ServerConfig(max_tokens_cap=3, max_tokens_policy="error", log_level="warning")
+    server = server_factory(config)
     body = {"model": "echo", "messages": [{"role": "user", "content": TEN_WORDS}]}
     with httpx.Client(base_url=server.http_url, timeout=10) as client:
         response = client.post("/v1/chat/completions", json={**body, "max_tokens": 4})
@@ -186,7 +188,8 @@ def test_max_tokens_cap_on_http_is_a_400(server_factory):
     assert capped["usage"]["completion_tokens"] == 3
 
 
-async def test_the_context_window_still_bounds_max_tokens(server):
+async def test_the_context_window_still_bounds_max_tokens(server_factory):
+    server = server_factory(ServerConfig(max_tokens_policy="error", log_level="warning"))
     async with connect(server.ws_url) as ws:
         await ws.send(chat("hi", max_tokens=10**6))
         frames = await collect_until_terminal(ws)

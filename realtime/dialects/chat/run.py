@@ -20,6 +20,7 @@ from realtime.dialects.chat.render import ChatChunks, Chunk
 from realtime.dialects.chat.request import ChatCompletionRequest
 from realtime.engine.base import EngineRequest
 from realtime.pipeline import ChatPipeline, PreparedChat
+from realtime.protocol.generation_request import owned_by
 
 
 class ChatRun:
@@ -48,10 +49,13 @@ class ChatRun:
         *,
         stream: bool = True,
         session_id: str | None = None,
+        cache_salt: str | None = None,
     ) -> ChatRun:
         """Everything that can fail before the answer starts (RealtimeError), except the
-        grammar's compile: `constrain()`."""
-        prepared = pipeline.prepare(chat_generation(request), stream=stream, session_id=session_id)
+        grammar's compile: `constrain()`. `session_id` and `cache_salt` are the cache
+        scope the transport chose (`cache_salt` the caller's, ahead of the client's)."""
+        generation = owned_by(chat_generation(request), cache_salt)
+        prepared = pipeline.prepare(generation, stream=stream, session_id=session_id)
         return cls(pipeline, request, prepared, stream=stream)
 
     @property

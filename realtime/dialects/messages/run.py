@@ -11,7 +11,6 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from dataclasses import replace
 from typing import Any
 
 from realtime.dialects.messages.build import (
@@ -22,6 +21,7 @@ from realtime.dialects.messages.build import (
 from realtime.dialects.messages.models import CountTokensRequest, MessagesRequest
 from realtime.dialects.messages.render import Event, MessageBlocks, usage_fields
 from realtime.pipeline import ChatPipeline, PreparedChat
+from realtime.protocol.generation_request import owned_by
 
 
 def new_message_id() -> str:
@@ -52,9 +52,7 @@ class MessagesRun:
         """Everything that can fail before the answer starts (RealtimeError), except the
         grammar's compile: `constrain()`. `session_id` and `cache_salt` are the cache
         scope the transport chose (never the client's own say)."""
-        generation = messages_generation(request, options)
-        if cache_salt is not None:
-            generation = replace(generation, cache_salt=cache_salt)
+        generation = owned_by(messages_generation(request, options), cache_salt)
         prepared = pipeline.prepare(
             generation, stream=stream, session_id=session_id, request_id=new_message_id()
         )

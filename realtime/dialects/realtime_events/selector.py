@@ -5,6 +5,11 @@ parameter, with any value, selects the OpenAI Realtime API's event protocol;
 that is what `client.realtime.connect(model=...)` sends. None of our chat-frame
 clients puts a query on the URL, so they keep their dialect (the route's chat
 frames selector comes after this one).
+
+A browser client (the `openai` SDK's `OpenAIRealtimeWebSocket`) offers the
+subprotocol `realtime`, and its key as `openai-insecure-api-key.<key>` (read by the
+access guard): `realtime` is selected when offered, since a browser fails a handshake
+that selects none of the subprotocols it sent; the key is never echoed.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
+from realtime.asgi.auth import SUBPROTOCOL
 from realtime.dialects.realtime_events.dialect import RealtimeEventDialect
 from realtime.dialects.realtime_events.limits import EventLimits
 from realtime.pipeline import ChatPipeline
@@ -30,6 +36,10 @@ def realtime_events(pipeline: ChatPipeline, limits: EventLimits) -> DialectSelec
         models = parse_qs(raw.decode("latin-1"), keep_blank_values=True).get("model")
         if models is None:
             return None
-        return DialectChoice(RealtimeEventDialect.factory(pipeline, models[0], limits))
+        offered = scope.get("subprotocols") or ()
+        return DialectChoice(
+            RealtimeEventDialect.factory(pipeline, models[0], limits),
+            SUBPROTOCOL if SUBPROTOCOL in offered else None,
+        )
 
     return select

@@ -31,7 +31,7 @@ import orjson
 from realtime.dialects.responses import compaction_item
 from realtime.dialects.responses.items import item_text
 from realtime.dialects.responses.reasoning_seal import ReasoningSeal
-from realtime.dialects.responses.request import ResponsesRequest, TextConfig
+from realtime.dialects.responses.request import ReasoningConfig, ResponsesRequest, TextConfig
 from realtime.dialects.responses.tools import CUSTOM_INPUT
 from realtime.protocol.conversation import (
     FunctionCall,
@@ -146,6 +146,7 @@ def responses_generation(
         tool_choice="none" if not generate else _tool_choice(request.chat_tool_choice),
         parallel_tool_calls=request.parallel_tool_calls,
         format=_format(request.text),
+        thinking=thinking_of(request.reasoning),
         max_tokens=limit,
         max_tokens_explicit=limit is not None,
         sampling=Sampling(temperature=request.temperature, top_p=request.top_p),
@@ -154,6 +155,21 @@ def responses_generation(
         warm_up=not generate,
         paths=RESPONSES_PATHS,
     )
+
+
+#: `reasoning.effort` values that turn the model's thinking off; any other turns it on.
+EFFORTS_WITHOUT_THINKING = frozenset({"none", "minimal"})
+
+
+def thinking_of(reasoning: ReasoningConfig | None) -> bool | None:
+    """`reasoning.effort` as the template's thinking switch (`GenerationRequest.thinking`):
+    `none` / `minimal` off, any other effort on; without one, the template's default.
+    A template without the switch ignores it. `reasoning.summary` changes nothing: the
+    reasoning item carries the model's reasoning as it is."""
+    effort = reasoning.effort if reasoning is not None else None
+    if effort is None:
+        return None
+    return effort not in EFFORTS_WITHOUT_THINKING
 
 
 def _reasoning_text(item: dict[str, Any], seal: ReasoningSeal | None, where: str) -> str:

@@ -19,6 +19,7 @@ back, on the scripted engine whatever the script says, on a real model a summary
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -174,6 +175,7 @@ async def compact(
     *,
     instructions: str | None = None,
     session_id: str | None = None,
+    cache_salt: str | None = None,
 ) -> Compacted:
     """Summarize `items` with the served model. Raises RealtimeError (a context with
     nothing to summarize, a summarizing prompt that does not fit the model)."""
@@ -182,7 +184,10 @@ async def compact(
         raise InvalidRequestError(
             "input: nothing to compact (only system or developer messages)", param="input"
         )
-    request = summary_request(model, instructions, cut.summarized)
+    # the caller's salt: its summary shares no cached prefix with another key's requests
+    request = dataclasses.replace(
+        summary_request(model, instructions, cut.summarized), cache_salt=cache_salt
+    )
     chat = await prepare_chat(
         pipeline, request, stream=False, session_id=session_id, size=sum(map(len, map(str, items)))
     )

@@ -11,14 +11,17 @@ in one of three groups:
   `json_schema` and `json_object` enforced on the engines that constrain generation,
   refused on the others),
   `include` (`message.output_text.logprobs`, `reasoning.encrypted_content`),
-  `top_logprobs`, `prompt_cache_key` (the request's cache scope over HTTP), and
+  `top_logprobs`, `prompt_cache_key` (the request's cache scope over HTTP),
+  `reasoning.effort` (`none` / `minimal` turn the template's thinking switch off,
+  the others on), and
   this server's extension `nvext.agent_hints.speculative_prefill` (warm the next
   turn, as chat);
 * accepted, no effect on a self-hosted text model (kept so SDK defaults and agent
   frameworks work unchanged): `user`, `safety_identifier`,
   `prompt_cache_retention`, `prompt_cache_options` (without `prewarm`),
-  `service_tier`, `reasoning`, `text.verbosity`, `max_tool_calls` (it counts
-  built-in tools, which this server has none of), `truncation: "disabled"`,
+  `service_tier`, the other `reasoning` fields (`summary`...), `text.verbosity`,
+  `max_tool_calls` (it counts built-in tools, which this server has none of),
+  `truncation: "disabled"`,
   `background: false`, `background_options`, `image`, `access_programs`,
   `stream_options`, `moderation`, hosted tools in `tools` (never offered to the
   model), the other `include` values (they name output this server never
@@ -91,6 +94,7 @@ SERVED_FIELDS = frozenset(
         "top_logprobs",
         "prompt_cache_key",
         "context_management",
+        "reasoning",
     }
 )
 NO_EFFECT_FIELDS = frozenset(
@@ -100,7 +104,6 @@ NO_EFFECT_FIELDS = frozenset(
         "prompt_cache_retention",
         "prompt_cache_options",
         "service_tier",
-        "reasoning",
         "max_tool_calls",
         "truncation",
         "background",

@@ -66,7 +66,7 @@ from realtime.pipeline import ChatPipeline, PreparedChat
 from realtime.pipeline.events import Finish, Step, Usage
 from realtime.pipeline.offload import off_loop, prepare_chat
 from realtime.protocol.errors import InvalidRequestError, PromptTooLongError, RealtimeError
-from realtime.protocol.generation_request import GenerationRequest
+from realtime.protocol.generation_request import GenerationRequest, owned_by
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
 from realtime.store.base import Chain, ResponseStore, StoredResponse, StoreError
 
@@ -96,7 +96,8 @@ class PreparedResponse:
     #: False: the socket's warm-up (`generate: false`): the prompt is prefilled, no
     #: output is returned, and the response (input only) can be continued.
     generate: bool = True
-    #: The cache session: the socket's, or over HTTP `prompt_cache_key`'s (else None).
+    #: The cache session: the socket's, or over HTTP the one `prompt_cache_key` or an
+    #: agent's session header chose (else None).
     session_id: str | None = None
     #: Characters of its frame and history: a large prompt is built off the event loop.
     size: int = 0
@@ -195,7 +196,8 @@ class ResponsesService:
         Raises RealtimeError.
 
         `session_id` is the cache session (the socket's, or over HTTP the one
-        `prompt_cache_key` names) and `cache_salt` its salt; `warm_next_turn` warms the next
+        `prompt_cache_key` or a session header names) and `cache_salt` the caller's salt
+        (`owned_by`); `warm_next_turn` warms the next
         turn's prefix after this answer (speculative prefill) whatever the request
         says; a request asks for it itself with `nvext.agent_hints.speculative_prefill`."""
         prepared = await self.begin(
@@ -204,6 +206,7 @@ class ResponsesService:
             owner=owner,
             local=local,
             session_id=session_id,
+            cache_salt=cache_salt,
             warm_next_turn=warm_next_turn,
         )
         if cache_salt is not None:
@@ -219,6 +222,7 @@ class ResponsesService:
         owner: str | None,
         local: ResponseStore | None = None,
         session_id: str | None = None,
+        cache_salt: str | None = None,
         warm_next_turn: bool = False,
         size: int = 0,
     ) -> PreparedResponse:
@@ -241,9 +245,10 @@ class ResponsesService:
         )
         plan = await off_loop(work, size)
         keep = self.store if request.stores else local
+        generation = owned_by(plan.generation, cache_salt)
         prepared = PreparedResponse(
             request,
-            plan.generation,
+            generation,
             plan.events,
             keep,
             owner,
@@ -308,7 +313,11 @@ class ResponsesService:
         the compaction (its system messages, the summary, the kept turn)."""
         request = prepared.request
         result = await compact(
-            self.pipeline, request.model, context, session_id=prepared.session_id
+            self.pipeline,
+            request.model,
+            context,
+            session_id=prepared.session_id,
+            cache_salt=prepared.generation.cache_salt,
         )
         prepared.compaction = result.item
         prepared.prior = result.usage
@@ -326,7 +335,11 @@ class ResponsesService:
             functools.partial(history_items, records), sum(r.size for r in records)
         )
         result = await compact(
-            self.pipeline, request.model, [*history, *items], instructions=request.instructions
+            self.pipeline,
+            request.model,
+            [*history, *items],
+            instructions=request.instructions,
+            cache_salt=owner,
         )
         return {
             "id": ids.new_id("resp"),

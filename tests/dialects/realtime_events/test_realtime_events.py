@@ -280,7 +280,8 @@ def test_the_howto_example_runs_and_prints_what_the_howto_shows(server):
 
 
 async def test_a_response_the_pipeline_refuses_is_an_error_then_a_failed_done(server_factory):
-    server = server_factory(ServerConfig(max_tokens_cap=8, log_level="warning"))
+    config = ServerConfig(max_tokens_cap=8, max_tokens_policy="error", log_level="warning")
+    server = server_factory(config)
     async with sdk(server) as client, client.realtime.connect(model="echo") as conn:
         await collect(conn, "session.created")
         await conn.conversation.item.create(item=user_item("hi"))

@@ -307,7 +307,7 @@ def test_input_items_pages_newest_first_by_default() -> None:
     ],
 )
 def test_prepare_errors_name_the_responses_field(body: dict[str, Any], param: str) -> None:
-    service = make_service()
+    service = make_service(max_tokens_policy="error")  # max_output_tokens beyond: refused
     request = service.parse({"model": "echo", **body})
     with pytest.raises(InvalidRequestError) as info:
         asyncio.run(service.prepare(request, stream=True, owner=None))
