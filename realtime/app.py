@@ -50,6 +50,7 @@ from realtime.http.models import get_model, health, list_models, ready
 from realtime.http.observe import HttpObserver
 from realtime.http.responses import (
     cancel_response,
+    compact_response,
     create_response,
     delete_response,
     get_response,
@@ -204,6 +205,7 @@ def routes() -> list[BaseRoute]:
         Route("/v1/chat/completions", openai_errors(chat_completions), methods=["POST"]),
         Route("/v1/completions", openai_errors(completions), methods=["POST"]),
         Route("/v1/responses", openai_errors(create_response), methods=["POST"]),
+        Route("/v1/responses/compact", openai_errors(compact_response), methods=["POST"]),
         Route("/v1/responses/{response_id}", openai_errors(get_response), methods=["GET"]),
         Route("/v1/responses/{response_id}", openai_errors(delete_response), methods=["DELETE"]),
         Route(

@@ -48,7 +48,9 @@ from realtime.dialects.chat.tokenize import (
 )
 from realtime.dialects.messages.models import CountTokensRequest, MessagesRequest
 from realtime.dialects.realtime_events.event_models import CLIENT_EVENTS_DOC, SERVER_EVENTS_DOC
+from realtime.dialects.responses.compaction import CompactRequest
 from realtime.dialects.responses.items import (
+    CompactionItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     MessageItem,
@@ -56,12 +58,15 @@ from realtime.dialects.responses.items import (
 )
 from realtime.dialects.responses.request import ResponseCreateEvent, ResponsesRequest
 from realtime.dialects.responses.schemas import (
+    CompactedResponse,
     DeletedResponse,
     InputItemList,
     ResponseStreamEvent,
     SocketErrorEvent,
     SocketResponseEvent,
+    SocketSteerAcceptedEvent,
     SocketSteerEvent,
+    SocketSteerFailedEvent,
 )
 from realtime.dialects.responses.schemas import Response as ResponseObject
 from realtime.dialects.responses.tools import FunctionTool
@@ -306,6 +311,9 @@ def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
         (FunctionCallItem, "validation"),
         (FunctionCallOutputItem, "validation"),
         (ReasoningItem, "validation"),
+        (CompactionItem, "validation"),
+        (CompactRequest, "validation"),
+        (CompactedResponse, "serialization"),
         (FunctionTool, "validation"),
         (ResponseObject, "serialization"),
         (ResponseStreamEvent, "serialization"),
@@ -379,7 +387,8 @@ def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
             "summary": "Create a response (the OpenAI Responses API)",
             "description": "`input` is a string or a list of items: "
             + ", ".join(f"`{m.__name__}`" for m in
-                        (MessageItem, FunctionCallItem, FunctionCallOutputItem, ReasoningItem))
+                        (MessageItem, FunctionCallItem, FunctionCallOutputItem, ReasoningItem,
+                         CompactionItem))
             + "; `tools` are `FunctionTool`s. `stream: false` (the default): one Response."
             " `stream: true`: server-sent events, each `event: <type>` and"
             " `data: <ResponseStreamEvent>`, numbered by `sequence_number`, ending with"
@@ -400,6 +409,19 @@ def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
                 },
                 **errors("400", "401", "403", "404", "500", "503"),
             },
+        },
+        ("/v1/responses/compact", "post"): {
+            "summary": "Compact a context into one compaction item (the served model's summary)",
+            "description": "The context is the chain of `previous_response_id`, then `input`."
+            " Kept verbatim: system and developer messages and the last turn (inside the"
+            " compaction item); summarized: the rest. Send `output` as the next input."
+            " Nothing is stored.",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": ref(CompactRequest, "validation")}},
+            },
+            "responses": {"200": json_body(ref(CompactedResponse), "The compacted context"),
+                          **errors("400", "401", "403", "404", "500", "503")},
         },
         ("/v1/responses/{response_id}", "get"): {
             "summary": "A stored response",
@@ -572,6 +594,8 @@ RESPONSES_CLIENT_EVENTS: dict[str, type[BaseModel]] = {
 RESPONSES_SERVER_EVENTS: dict[str, type[BaseModel]] = {
     "ResponsesServerEvent": SocketResponseEvent,
     "ResponsesErrorEvent": SocketErrorEvent,
+    "ResponsesSteerAcceptedEvent": SocketSteerAcceptedEvent,
+    "ResponsesSteerFailedEvent": SocketSteerFailedEvent,
 }
 
 

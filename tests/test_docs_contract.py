@@ -256,6 +256,8 @@ def test_asyncapi_describes_websocket_mode(asyncapi_doc):
         "ResponsesSteerEvent",
         "ResponsesServerEvent",
         "ResponsesErrorEvent",
+        "ResponsesSteerAcceptedEvent",
+        "ResponsesSteerFailedEvent",
     }
 
 
@@ -279,12 +281,23 @@ async def test_websocket_mode_events_from_a_live_server_validate_against_asyncap
             while True:
                 frame = json.loads(await ws.recv())
                 frames.append(frame)
-                if frame["type"] in ("error", "response.completed", "response.incomplete"):
+                if frame["type"] in (
+                    "error",
+                    "response.completed",
+                    "response.incomplete",
+                    "response.steer.failed",
+                ):
                     break
     kinds = [f["type"] for f in frames]
     assert {"response.incomplete", "response.completed", "error"} <= set(kinds)
+    assert "response.steer.failed" in kinds
+    names = {
+        "error": "ResponsesErrorEvent",
+        "response.steer.failed": "ResponsesSteerFailedEvent",
+        "response.steer.accepted": "ResponsesSteerAcceptedEvent",
+    }
     for frame in frames:
-        name = "ResponsesErrorEvent" if frame["type"] == "error" else "ResponsesServerEvent"
+        name = names.get(frame["type"], "ResponsesServerEvent")
         _message_validator(asyncapi_doc, name).validate(frame)
     for event in sent:
         steer = event["type"] == "response.steer"

@@ -1,6 +1,7 @@
 """The Responses API over HTTP: POST /v1/responses (JSON or SSE) and the stored responses.
 
     POST   /v1/responses                       create (`stream: true`: SSE events)
+    POST   /v1/responses/compact               a context compacted into a compaction item
     GET    /v1/responses/{id}                  the stored Response
     GET    /v1/responses/{id}/input_items      its input items, a page at a time
     DELETE /v1/responses/{id}                  forget it
@@ -110,6 +111,30 @@ async def create_response(request: Request) -> Response:
         complete=lambda: service.complete(prepared, on_step=on_step),
         framing=_framing(prepared),
     )
+
+
+async def compact_response(request: Request) -> Response:
+    """The context summarized by the served model (`ResponsesService.compact`); a client
+    that hangs up cancels the summary's generation (`respond`'s disconnect watcher)."""
+    service = _service(request)
+    outcome = begin(request)
+    try:
+        body = await read_json_body(request)
+    except RealtimeError as exc:
+        outcome.finish("error", error=exc)
+        raise
+    owner = _owner(request, service)
+    return await respond(
+        request,
+        outcome,
+        False,
+        stream=_no_stream,
+        complete=lambda: service.compact(body, owner),
+    )
+
+
+def _no_stream() -> Any:  # pragma: no cover - compaction answers one JSON body
+    raise AssertionError("compaction does not stream")
 
 
 async def get_response(request: Request) -> Response:

@@ -107,6 +107,9 @@ class OutputItems:
         self._reasoning = reasoning
         self._logprobs = logprobs
         self.items: list[OutputItem] = []
+        #: items of the answer that are not built here (a Responses compaction item)
+        #: stand before these: the first one built gets this index
+        self.offset = 0
         self.current: OutputItem | None = None
         #: the parser's tool-call index -> its item
         self._calls: dict[int, OutputItem] = {}
@@ -182,7 +185,7 @@ class OutputItems:
 
     def _open(self, kind: ItemKind, changes: list[ItemChange]) -> OutputItem:
         changes += self._close("completed")
-        item = OutputItem(kind, len(self.items), self._new_id(kind))
+        item = OutputItem(kind, self.offset + len(self.items), self._new_id(kind))
         self.items.append(item)
         self.current = item
         changes.append(ItemOpened(item))

@@ -7,6 +7,7 @@ placeholder string is swapped for them after the rest is serialized.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -436,3 +437,44 @@ def deep_messages(draw: st.DrawFn) -> str:
 
 
 hostile_messages_bodies = st.one_of(deep_messages(), odd_messages())
+
+
+# --- compaction: context_management and compaction items ---
+
+
+@st.composite
+def compaction_content(draw: st.DrawFn) -> Any:
+    """A compaction item's content: this server's encoding of odd items, or anything."""
+    kind = draw(st.sampled_from(["ours", "prefix", "any"]))
+    if kind == "ours":
+        inner = {"summary": draw(json_values), "kept": draw(st.lists(odd_item(), max_size=3))}
+        if draw(st.booleans()):
+            inner[draw(st.text(max_size=5))] = draw(json_values)
+        return "rtc1." + base64.urlsafe_b64encode(json.dumps(inner).encode()).decode()
+    if kind == "prefix":
+        return "rtc1." + draw(st.text(max_size=40))
+    return draw(json_values)
+
+
+@st.composite
+def compaction_bodies(draw: st.DrawFn) -> str:
+    """A Responses request with compaction items and odd `context_management`."""
+    body = responses_body(draw(st.text(max_size=30)))
+    if draw(st.booleans()):
+        item: dict[str, Any] = {
+            "type": "compaction",
+            "encrypted_content": draw(compaction_content()),
+        }
+        if draw(st.booleans()):
+            item[draw(st.sampled_from(["id", "created_by", "x"]))] = draw(json_values)
+        body["input"] = [item, {"role": "user", "content": draw(st.text(max_size=20))}]
+    if draw(st.booleans()):
+        entry = st.fixed_dictionaries(
+            {"type": st.sampled_from(["compaction", "x"]) | json_values},
+            optional={"compact_threshold": st.integers(-5, 20_000_000) | json_values},
+        )
+        body["context_management"] = draw(st.lists(entry, max_size=3) | json_values)
+    return json.dumps(body)
+
+
+hostile_compaction_bodies = compaction_bodies()

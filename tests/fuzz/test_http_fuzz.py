@@ -35,6 +35,7 @@ from tests.conftest import RunningServer, start_server
 from tests.fuzz.hostile_json import (
     every_deep_chat,
     hostile_chat_bodies,
+    hostile_compaction_bodies,
     hostile_completion_bodies,
     hostile_messages_bodies,
     hostile_responses_bodies,
@@ -116,7 +117,12 @@ def _check_answer(response: httpx.Response, stats: dict[str, int]) -> None:
                 assert "error" not in event, event
                 assert event.get("type") not in ("error", "response.failed"), event
     else:
-        assert response.json()["object"] in ("chat.completion", "text_completion", "response")
+        assert response.json()["object"] in (
+            "chat.completion",
+            "text_completion",
+            "response",
+            "response.compaction",
+        )
 
 
 def test_fuzzed_bodies_never_get_a_5xx(fuzz_server: RunningServer, error_log: ErrorLog) -> None:
@@ -164,10 +170,26 @@ def test_fuzzed_bodies_never_get_a_5xx(fuzz_server: RunningServer, error_log: Er
     assert not error_log.records, [r.getMessage() for r in error_log.records]
 
 
+_COMPACT_FIELDS = {"model", "input", "instructions", "previous_response_id", "service_tier"}
+
+
+def _compact_fields(body: str) -> str:
+    """A Responses body cut to the fields `responses.compact` takes, so the fuzz reaches
+    its input items (a body too deep to decode here is sent as it is)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return body
+    if not isinstance(data, dict):
+        return body
+    return json.dumps({k: v for k, v in data.items() if k in _COMPACT_FIELDS})
+
+
 def test_fuzzed_responses_bodies_never_get_a_5xx(
     fuzz_server: RunningServer, error_log: ErrorLog
 ) -> None:
-    """/v1/responses: odd items, tools and fields, and deep JSON in every free-form place."""
+    """/v1/responses and /v1/responses/compact: odd items, tools and fields, and deep JSON
+    in every free-form place."""
     neighbour = Neighbour(fuzz_server.http_url)
     neighbour.start()
     stats: dict[str, int] = {}
@@ -182,9 +204,14 @@ def test_fuzzed_responses_bodies_never_get_a_5xx(
         print_blob=True,
         suppress_health_check=list(HealthCheck),
     )
-    @given(hostile_responses_bodies)
-    def one_body(body: str) -> None:
-        _check_answer(client.post("/v1/responses", content=body, headers=headers), stats)
+    @given(
+        st.sampled_from(["/v1/responses", "/v1/responses/compact"]),
+        hostile_responses_bodies | hostile_compaction_bodies,
+    )
+    def one_body(path: str, body: str) -> None:
+        if path.endswith("/compact"):
+            body = _compact_fields(body)
+        _check_answer(client.post(path, content=body, headers=headers), stats)
 
     try:
         one_body()

@@ -186,3 +186,96 @@ def test_fuzzed_frames_never_break_websocket_mode(
     assert any(k.startswith("closed_") for k in stats), stats
     assert not error_log.records, [r.getMessage() for r in error_log.records]
     assert fuzz_server.thread.is_alive()
+
+
+# --- steers aimed at a running response ---
+
+steer_inputs = st.one_of(
+    st.text(max_size=40),
+    json_values,
+    st.lists(
+        st.fixed_dictionaries(
+            {"role": st.sampled_from(["user", "assistant", "system", 1])},
+            optional={
+                "type": st.sampled_from(["message", "function_call_output", "x"]),
+                "content": st.one_of(
+                    st.text(max_size=20),
+                    st.lists(
+                        st.fixed_dictionaries(
+                            {"type": st.sampled_from(["input_text", "input_image", "text"])},
+                            optional={"text": json_values},
+                        ),
+                        max_size=3,
+                    ),
+                    json_values,
+                ),
+                "id": json_values,
+            },
+        ),
+        max_size=20,
+    ),
+)
+steer_extras = st.dictionaries(
+    st.sampled_from(["stream_id", "bogus", "type"]), json_values, max_size=2
+)
+
+
+@pytest.fixture(scope="module")
+def slow_server() -> Iterator[RunningServer]:
+    server = start_server(ServerConfig(log_level="warning", echo_delay=0.001))
+    yield server
+    server.stop()
+
+
+def test_fuzzed_steers_of_a_running_response_never_break_it(
+    slow_server: RunningServer, error_log: ErrorLog
+) -> None:
+    """Hostile `response.steer` frames aimed at a response that is running: each is
+    answered by one steer event the SDK knows, the response ends exactly once, and
+    nothing is an internal error or an ERROR log line."""
+    url = f"ws://127.0.0.1:{slow_server.port}/v1/responses"
+    stats: Counter[str] = Counter()
+    story = " ".join(f"w{i}" for i in range(400))
+
+    @settings(
+        max_examples=60,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(st.lists(st.tuples(steer_inputs, steer_extras), min_size=1, max_size=6))
+    def one_socket(steers: list[tuple[Any, dict[str, Any]]]) -> None:
+        with connect(url, max_size=None, close_timeout=2, ping_interval=None) as ws:
+            ws.send(json.dumps({"type": "response.create", "model": "echo", "input": story}))
+            created = json.loads(ws.recv(timeout=10))
+            assert created["type"] == "response.created"
+            target = created["response"]["id"]
+            for steer_input, extra in steers:
+                frame = {"previous_response_id": target, "input": steer_input, **extra}
+                ws.send(json.dumps({**frame, "type": "response.steer"}))
+            ws.send(json.dumps({"type": "response.create", "model": "echo", "input": "probe"}))
+            answered, ended = 0, []
+            while len(ended) < 2:  # the target's terminal event, then the probe's
+                raw = ws.recv(timeout=10)
+                assert isinstance(raw, str)
+                frame = json.loads(raw)
+                check_socket_event(frame)
+                _check_clean(raw)
+                kind = frame["type"]
+                if kind in ("response.steer.accepted", "response.steer.failed", "error"):
+                    if kind == "error":
+                        assert frame["error"]["code"] != "internal_error", frame
+                    answered += 1
+                    stats[frame.get("error", {}).get("code", kind)] += 1
+                elif kind in TERMINAL:
+                    ended.append(frame["response"])
+            assert ended[0]["id"] == target
+            assert ended[1]["output"][0]["content"][0]["text"] == "probe"
+            # one answer per steer frame (accepted ones that never joined fail once more)
+            assert answered >= len(steers), (answered, steers)
+
+    one_socket()
+    assert stats["response.steer.accepted"] > 0 and stats["invalid_input"] > 0, stats
+    assert not error_log.records, [r.getMessage() for r in error_log.records]

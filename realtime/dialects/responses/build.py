@@ -12,6 +12,11 @@ call of the function a custom tool is offered as (its input as the one argument,
 prompt the chat API would for the same conversation, and the engine's prefix cache
 finds the earlier turn.
 
+A `compaction` item (`compaction.py`) stands for everything before it: the items
+before the last one are dropped, except `system` and `developer` messages, and the
+item itself becomes a user message with its summary (`SUMMARY_PREFIX`) followed by
+the items it kept verbatim.
+
 Every field keeps the client's own name for errors (`RESPONSES_PATHS`):
 `max_output_tokens`, `text.format`, `input`.
 """
@@ -23,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from realtime.dialects.responses import compaction_item
 from realtime.dialects.responses.items import item_text
 from realtime.dialects.responses.reasoning_seal import ReasoningSeal
 from realtime.dialects.responses.request import ReasoningConfig, ResponsesRequest, TextConfig
@@ -45,6 +51,10 @@ from realtime.protocol.generation_request import (
     Sampling,
 )
 
+#: What a compaction item's summary is introduced with in the prompt.
+SUMMARY_PREFIX = "A summary of the conversation so far:\n"
+_KEPT_ROLES = ("system", "developer")
+
 RESPONSES_PATHS = FieldPaths(input="input", max_tokens="max_output_tokens", format="text.format")
 
 
@@ -61,9 +71,17 @@ def responses_conversation(
     out: list[Item] = []
     if instructions:
         out.append(Message("system", (instructions,)))
-    for index, item in enumerate(items):
+    listed = list(items)
+    last = _last_compaction(listed)
+    for index, item in enumerate(listed):
         kind = item["type"]
-        if kind == "message":
+        if index < last and not (kind == "message" and item["role"] in _KEPT_ROLES):
+            continue  # in the compaction's summary
+        if kind == "compaction":
+            summary, kept = compaction_item.decode(item["encrypted_content"])
+            out.append(Message("user", (SUMMARY_PREFIX + summary,)))
+            out += responses_conversation(kept, None, seal=seal, first_input=len(kept))
+        elif kind == "message":
             out.append(Message(item["role"], tuple(item_text(item["content"]))))
         elif kind == "reasoning":
             where = (
@@ -82,6 +100,23 @@ def responses_conversation(
             texts = (output,) if isinstance(output, str) else tuple(item_text(output))
             out.append(FunctionCallOutput(item["call_id"], texts))
     return tuple(out)
+
+
+def compacted(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items a prompt renders: from the last compaction item on, after the system
+    and developer messages before it (everything else before it is in its summary)."""
+    listed = list(items)
+    last = _last_compaction(listed)
+    if last < 0:
+        return listed
+    kept = [
+        item for item in listed[:last] if item["type"] == "message" and item["role"] in _KEPT_ROLES
+    ]
+    return kept + listed[last:]
+
+
+def _last_compaction(items: list[dict[str, Any]]) -> int:
+    return max((i for i, item in enumerate(items) if item["type"] == "compaction"), default=-1)
 
 
 def responses_generation(

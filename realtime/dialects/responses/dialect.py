@@ -11,6 +11,10 @@ What the openai SDK's `client.responses.connect()` (and its lanes,
   another model in its lane's turn. A large create (a frame of `OFF_LOOP_CHARS`
   or more) is validated by its job in a worker thread, so its errors come in its
   lane's turn too.
+* `response.steer` -> `Reply`: `response.steer.accepted` when the running response
+  it names (on this socket, in the lane the steer names if it names one) queued
+  it, else `response.steer.failed` with the SDK's code (`steering.py`); the run
+  applies it at the next step boundary.
 * every other frame: an `error` event, and the socket carries on.
 
 When the core starts a response, its job (`socket_job.ResponseJob`) reads the
@@ -23,7 +27,9 @@ one Responses run HTTP runs (`ResponsesService.events`): `response.created` and
 terminal event (`response.completed`, `.incomplete`, `.failed`), so a
 continuation sent the moment it arrives finds it. Errors found while the prompt
 is built end the response `response.failed`, as errors while generating do.
-Every event goes out with the lane's `stream_id`.
+Every event goes out with the lane's `stream_id`, and the response's events are
+numbered here, as they are sent (`_Turn.number`): steer events, answered while
+the run is between two events, take their place in the same sequence.
 
 The maximum connection age (`--responses-ws-max-age`): afterwards every
 `response.create` is refused with `websocket_connection_limit_reached`; the
@@ -50,8 +56,15 @@ from realtime.dialects.responses.socket_codec import (
     ResponsesSocketCodec,
     model_refusal,
 )
-from realtime.dialects.responses.socket_job import ResponseJob
-from realtime.protocol.errors import RealtimeError
+from realtime.dialects.responses.socket_job import TERMINAL_EVENTS, ResponseJob
+from realtime.dialects.responses.steering import (
+    Steer,
+    SteerFailure,
+    SteerRefused,
+    accepted_event,
+    failed_event,
+)
+from realtime.protocol.errors import InvalidRequestError, RealtimeError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
 from realtime.session.commands import Command, Frame, Reply, Submit
 from realtime.session.dialect import DialectContext, DialectFactory, DoneStatus, SessionView
@@ -84,11 +97,19 @@ class SocketLimits:
     memory_bytes: int = DEFAULT_MEMORY_BYTES
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Turn:
-    """One response's place on the socket (`RequestRecord.context`): its lane."""
+    """One response's place on the socket (`RequestRecord.context`): its lane, its id
+    once created, and the next `sequence_number` of its events."""
 
     stream_id: str | None
+    response_id: str | None = None
+    sequence: int = 0
+
+    def number(self, event: dict[str, Any]) -> dict[str, Any]:
+        event["sequence_number"] = self.sequence
+        self.sequence += 1
+        return event
 
 
 class ResponsesDialect:
@@ -119,6 +140,8 @@ class ResponsesDialect:
         self._opened_at = clock()
         #: the lane of the create parsed last (a refusal before acceptance names it)
         self._last_lane: str | None = None
+        #: response id -> its request, from `response.created` to its end (steers)
+        self._running: dict[str, RequestRecord] = {}
 
     @classmethod
     def factory(
@@ -150,9 +173,13 @@ class ResponsesDialect:
         if age > 0 and not self.codec.expired and self._clock() - self._opened_at >= age:
             self.codec.expired = True
         command = self.codec.parse(text)
-        if not isinstance(command, Create):
-            return Reply((command.frame,), "error", label="rejected")
-        return self._submit(command)
+        if isinstance(command, Create):
+            return self._submit(command)
+        if isinstance(command, Steer):
+            return Reply((self._steer(command),), "event", label="response.steer")
+        if isinstance(command, SteerRefused):
+            return Reply((self._steer_refused(command),), "event", label="response.steer")
+        return Reply((command.frame,), "error", label="rejected")
 
     def parse_binary(self, data: bytes) -> Command:
         return Reply((self.codec.parse_binary().frame,), "error", label="binary")
@@ -170,6 +197,55 @@ class ResponsesDialect:
         if error is not None:
             return Submit(None, None, error, lane, create.size, turn, label="response.create")
         return Submit(None, event, None, lane, create.size, turn, label="response.create")
+
+    # --- steering ---
+
+    def _steer(self, steer: Steer) -> Frame:
+        """`response.steer.accepted`, or `.failed` with the reason, for a parsed steer."""
+        target = steer.previous_response_id
+        record = self._running.get(target)
+        if record is None:
+            if target in self.codec.lanes:
+                failure = SteerFailure(
+                    "response_already_completed",
+                    f"response '{target}' has ended; send the input with the next response.create",
+                )
+                lane = self.codec.lanes[target]
+            else:
+                failure = SteerFailure(
+                    "response_not_found", f"no response '{target}' is running on this connection"
+                )
+                lane = steer.stream_id
+            return self.codec.render(_refused(steer, failure), lane)
+        turn: _Turn = record.context
+        if steer.stream_id is not None and steer.stream_id != turn.stream_id:
+            failure = SteerFailure(
+                "response_not_found",
+                f"response '{target}' does not run on lane {steer.stream_id!r}"
+                " (a steer goes to the lane of the response it names)",
+            )
+            return self.codec.render(_refused(steer, failure), steer.stream_id)
+        job = _job(record)
+        assert job is not None  # it sent `response.created`
+        refused = job.steer(steer)
+        event = accepted_event(steer) if refused is None else _refused(steer, refused)
+        return self.codec.render(turn.number(event), turn.stream_id)
+
+    def _steer_refused(self, refused: SteerRefused) -> Frame:
+        """A steer whose fields or input are bad: `response.steer.failed` when it named a
+        response (on that response's lane), else an `error` event."""
+        target = refused.previous_response_id
+        if target is None:
+            error = InvalidRequestError(
+                refused.failure.message, param="previous_response_id", code="invalid_input"
+            )
+            return self.codec.error(error, None)
+        event = failed_event(refused.failure, target, refused.input)
+        record = self._running.get(target)
+        if record is not None:
+            turn: _Turn = record.context
+            return self.codec.render(turn.number(event), turn.stream_id)
+        return self.codec.render(event, self.codec.lanes.get(target))
 
     # --- the core's requests are this socket's responses ---
 
@@ -189,9 +265,18 @@ class ResponsesDialect:
     def render_output(self, request: RequestRecord, item: dict[str, Any]) -> Sequence[Frame]:
         """One event of the run, with the lane's `stream_id`."""
         turn: _Turn = request.context
-        if item["type"] == "response.created":  # errors about it go to its lane
-            self.codec.started(item["response"]["id"], turn.stream_id)
-        return (self.codec.render(item, turn.stream_id),)
+        kind = item["type"]
+        if kind == "response.created":  # steers name it from now on
+            turn.response_id = item["response"]["id"]
+            self.codec.started(turn.response_id, turn.stream_id)
+            self._running[turn.response_id] = request
+        elif kind in TERMINAL_EVENTS:
+            self._stopped(turn)
+        return (self.codec.render(turn.number(item), turn.stream_id),)
+
+    def _stopped(self, turn: _Turn) -> None:
+        if turn.response_id is not None:
+            self._running.pop(turn.response_id, None)
 
     def fold(self, held: Frame, frame: Frame) -> bool:
         """Two text deltas of one item fold (`events.fold_delta`)."""
@@ -199,6 +284,7 @@ class ResponsesDialect:
 
     def render_done(self, request: RequestRecord, status: DoneStatus) -> Sequence[Frame]:
         turn: _Turn = request.context
+        self._stopped(turn)
         job = _job(request)
         if job is None or not job.started:
             error = ResponseCancelledError("the response was cancelled before it started")
@@ -216,6 +302,7 @@ class ResponsesDialect:
         if request is None:  # refused before it was accepted: the frame just parsed
             return (self.codec.error(error, self._last_lane if request_id else None),)
         turn: _Turn = request.context
+        self._stopped(turn)
         job = _job(request)
         if job is None or not job.started:  # rejected, or its history could not be read
             return (self.codec.error(error, turn.stream_id),)
@@ -228,7 +315,7 @@ class ResponsesDialect:
         events = job.events
         assert events is not None
         render, stream_id = self.codec.render, turn.stream_id
-        return [render(event, stream_id) for event in events.fail(error, job.tokens())]
+        return [render(turn.number(e), stream_id) for e in events.fail(error, job.tokens())]
 
     def render_expiring(self, close_in_seconds: float) -> Sequence[Frame]:
         error = ConnectionLimitError(
@@ -242,6 +329,11 @@ class ResponsesDialect:
 
     def ended(self) -> None:
         self.local.clear()  # `store: false` responses die with their socket
+
+
+def _refused(steer: Steer, failure: SteerFailure) -> dict[str, Any]:
+    """A steer refused before it was accepted: its id was never given (the SDK's rule)."""
+    return failed_event(failure, steer.previous_response_id, steer.input)
 
 
 def _job(request: RequestRecord) -> ResponseJob | None:

@@ -183,6 +183,25 @@ class ResponseEvents:
         #: The error a failed response ended with.
         self.error: RealtimeError | None = None
 
+    # --- the answer so far (steering reads it) ---
+
+    @property
+    def output_items(self) -> list[OutputItem]:
+        """Every output item so far, the open one included."""
+        return self._items.items
+
+    @property
+    def can_steer(self) -> bool:
+        """Whether the answer may be cut here for a steer: not inside a function call."""
+        current = self._items.current
+        return current is None or current.kind != "function_call"
+
+    @property
+    def ends_in_call(self) -> bool:
+        """Whether the answer's last item is a function call (it waits for its output)."""
+        items = self._items.items
+        return bool(items) and items[-1].kind == "function_call"
+
     # --- events ---
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -198,6 +217,17 @@ class ResponseEvents:
         return [
             self._event("response.created", response=self._snapshot()),
             self._event("response.in_progress", response=self._snapshot()),
+        ]
+
+    def add_item(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+        """An item made whole before the answer (a compaction item): added and done at
+        once, at the next output index."""
+        index = self._items.offset
+        self._items.offset += 1
+        self.response["output"].append(item)
+        return [
+            self._event("response.output_item.added", output_index=index, item=item),
+            self._event("response.output_item.done", output_index=index, item=item),
         ]
 
     def step(self, step: Step) -> list[dict[str, Any]]:

@@ -3,9 +3,10 @@
 A Responses `input` is a string or a list of items. The SDK knows some thirty item
 types; this server runs the ones a text model can: messages (system, developer,
 user, assistant), `function_call`, `function_call_output`, `custom_tool_call`,
-`custom_tool_call_output` and `reasoning`. The others (hosted tools' calls, images,
-files, item references...) are refused with a 400 naming the item, since a model
-that never saw them would answer as if they were not there.
+`custom_tool_call_output`, `reasoning`, and `compaction` (a summary this server
+made, `compaction_item.py`). The others (hosted tools' calls, images, files, item
+references...) are refused with a 400 naming the item, since a model that never
+saw them would answer as if they were not there.
 
 Each item's `type` picks its model (a message may leave `type` out), and each
 model is strict as the chat request is: an unknown field is a 400
@@ -26,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from realtime.dialects.responses import ids
+from realtime.dialects.responses import compaction_item, ids
 from realtime.dialects.responses.validation import client_error, invalid_type
 from realtime.protocol.errors import InvalidRequestError, UnsupportedFeatureError
 
@@ -146,7 +147,15 @@ class ReasoningItem(_Strict):
     status: Status | None = None
 
 
+class CompactionItem(_Strict):
+    type: Literal["compaction"]
+    encrypted_content: str
+    id: str | None = None
+    created_by: str | None = None
+
+
 _ITEM_MODELS: dict[str, type[_Strict]] = {
+    "compaction": CompactionItem,
     "message": MessageItem,
     "function_call": FunctionCallItem,
     "function_call_output": FunctionCallOutputItem,
@@ -167,7 +176,6 @@ UNSUPPORTED_ITEMS = frozenset(
         "tool_search_output",
         "additional_tools",
         "configuration_update",
-        "compaction",
         "compaction_trigger",
         "image_generation_call",
         "code_interpreter_call",
@@ -230,6 +238,8 @@ def _normalize_item(item: Any, where: str) -> dict[str, Any]:
         raise client_error(exc, where) from None
     if isinstance(parsed, MessageItem):
         return _normalize_message(parsed, where)
+    if isinstance(parsed, CompactionItem):
+        return _normalize_compaction(parsed, where)
     if isinstance(parsed, FunctionCallItem):
         call: dict[str, Any] = {
             "id": parsed.id or ids.function_call_id(),
@@ -286,6 +296,33 @@ def _normalize_item(item: Any, where: str) -> dict[str, Any]:
         reasoning["encrypted_content"] = parsed.encrypted_content
     reasoning["status"] = parsed.status or "completed"
     return reasoning
+
+
+def _normalize_compaction(item: CompactionItem, where: str) -> dict[str, Any]:
+    """Its content is checked here (and its kept items validated as input items), so a
+    bad one is a 400 naming it, never a surprise while the prompt is built."""
+    at = f"{where}.encrypted_content"
+    try:
+        _, kept = compaction_item.decode(item.encrypted_content)
+    except compaction_item.CompactionContentError as exc:
+        raise InvalidRequestError(
+            f"Invalid value for '{at}': not a compaction item of this server: {exc}",
+            param=at,
+            code="invalid_value",
+        ) from None
+    for index, kept_item in enumerate(kept):
+        if isinstance(kept_item, dict) and kept_item.get("type") == "compaction":
+            raise InvalidRequestError(
+                f"Invalid value for '{at}': a compaction keeps no compaction items",
+                param=at,
+                code="invalid_value",
+            )
+        _normalize_item(kept_item, f"{at}.kept.{index}")
+    return {
+        "id": item.id or ids.new_id("cmp"),
+        "type": "compaction",
+        "encrypted_content": item.encrypted_content,
+    }
 
 
 def _normalize_message(message: MessageItem, where: str) -> dict[str, Any]:

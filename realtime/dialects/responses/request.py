@@ -23,11 +23,12 @@ in one of three groups:
   `max_tool_calls` (it counts built-in tools, which this server has none of),
   `truncation: "disabled"`,
   `background: false`, `background_options`, `image`, `access_programs`,
-  `stream_options`, `context_management` (server-side compaction: a conversation
-  longer than the context is refused, which is what makes an agent compact),
-  `moderation`, hosted tools in `tools` (never offered to the model), the other
-  `include` values (they name output this server never produces), and Codex's
-  `client_metadata` (not in the SDK: string pairs about the client);
+  `stream_options`, `moderation`, hosted tools in `tools` (never offered to the
+  model), the other `include` values (they name output this server never
+  produces), and Codex's `client_metadata` (not in the SDK: string pairs about the
+  client);
+* `context_management: [{"type": "compaction", "compact_threshold": N}]`: the
+  context is compacted (`compaction.py`) when its prompt passes N tokens;
 * refused with a 400 saying so (`unsupported`), because serving them needs state
   this server does not keep: `background: true`, `truncation: "auto"`,
   `conversation` (a stored conversation), `prompt` (a stored prompt template),
@@ -43,6 +44,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
+from realtime.dialects.responses.context_management import parse_context_management
 from realtime.dialects.responses.items import normalize_input
 from realtime.dialects.responses.tools import FunctionTools, parse_tool_choice, parse_tools
 from realtime.dialects.responses.validation import client_error
@@ -91,6 +93,7 @@ SERVED_FIELDS = frozenset(
         "include",
         "top_logprobs",
         "prompt_cache_key",
+        "context_management",
         "reasoning",
     }
 )
@@ -108,7 +111,6 @@ NO_EFFECT_FIELDS = frozenset(
         "image",
         "access_programs",
         "stream_options",
-        "context_management",
         "moderation",
         "client_metadata",
     }
@@ -236,6 +238,7 @@ class ResponsesRequest(_Strict):
     _items: list[dict[str, Any]] = PrivateAttr(default_factory=list)
     _tools: FunctionTools = PrivateAttr(default_factory=FunctionTools)
     _tool_choice: Any = PrivateAttr(default=None)
+    _compact_threshold: int | None = PrivateAttr(default=None)
 
     @property
     def items(self) -> list[dict[str, Any]]:
@@ -250,6 +253,12 @@ class ResponsesRequest(_Strict):
     def chat_tool_choice(self) -> Any:
         """`tool_choice` as the chat API spells it (None when not given)."""
         return self._tool_choice
+
+    @property
+    def compact_threshold(self) -> int | None:
+        """`context_management`'s compaction threshold in tokens; 0: the default (80% of
+        the model's context); None: no automatic compaction."""
+        return self._compact_threshold
 
     @property
     def wants_logprobs(self) -> bool:
@@ -307,6 +316,7 @@ def parse_responses_request(
     request._items = normalize_input(request.input)
     request._tools = parse_tools(request.tools)
     request._tool_choice = parse_tool_choice(request.tool_choice, request._tools)
+    request._compact_threshold = parse_context_management(request.context_management)
     return request
 
 

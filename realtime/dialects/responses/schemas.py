@@ -232,8 +232,75 @@ class SocketErrorEvent(BaseModel):
 
 
 class SocketSteerEvent(BaseModel):
-    """`response.steer` (the SDK defines it): refused with an `error` event, `unsupported`."""
+    """`response.steer`: user input that joins a running response of this socket (the
+    answer so far is kept; the model continues with the input added)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     type: Literal["response.steer"]
     previous_response_id: str
+    #: a string, or 1-16 user messages (text only)
     input: str | list[dict[str, Any]]
+    #: not sent by the SDK (the target decides the lane); when sent, the target's lane
+    stream_id: str | None = None
+
+
+class SteerReference(BaseModel):
+    id: str
+    previous_response_id: str
+
+
+class SocketSteerAcceptedEvent(BaseModel):
+    """`response.steer.accepted`: the steer is queued for the response's next step."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["response.steer.accepted"]
+    steer: SteerReference
+    sequence_number: int
+    stream_id: str | None = Field(default=None, pattern=STREAM_ID_PATTERN)
+
+
+class SteerErrorObject(BaseModel):
+    type: Literal["invalid_request_error"]
+    code: Literal[
+        "response_not_found",
+        "invalid_input",
+        "steering_not_supported",
+        "too_many_pending_steers",
+        "response_already_completed",
+        "response_not_active",
+        "successor_creation_failed",
+    ]
+    message: str
+
+
+class FailedSteer(BaseModel):
+    previous_response_id: str
+    #: the input returned (a string as sent, messages in normal form, or [] when invalid)
+    input: str | list[dict[str, Any]]
+    #: only for a steer that had been accepted
+    id: str | None = None
+
+
+class SocketSteerFailedEvent(BaseModel):
+    """`response.steer.failed`: the steer did not (or could not) join the response."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["response.steer.failed"]
+    error: SteerErrorObject
+    steer: FailedSteer
+    sequence_number: int
+    stream_id: str | None = Field(default=None, pattern=STREAM_ID_PATTERN)
+
+
+class CompactedResponse(BaseModel):
+    """`POST /v1/responses/compact`'s answer: the context's system and developer messages,
+    then one `compaction` item (`{"id", "type": "compaction", "encrypted_content"}`)."""
+
+    id: str
+    object: Literal["response.compaction"]
+    created_at: int
+    output: list[dict[str, Any]]
+    usage: ResponseUsage

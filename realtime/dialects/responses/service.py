@@ -28,6 +28,7 @@ continuations on that socket may reference and nobody else can see.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -37,22 +38,34 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from realtime.dialects.responses import ids
-from realtime.dialects.responses.build import responses_generation
+from realtime.dialects.responses.build import responses_conversation, responses_generation
+from realtime.dialects.responses.compaction import compact, parse_compact_request
+from realtime.dialects.responses.context_management import DEFAULT_THRESHOLD_SHARE
 from realtime.dialects.responses.errors import (
     NotCancellableError,
     PreviousResponseNotFoundError,
     ResponseNotFoundError,
     StoreUnavailableError,
 )
-from realtime.dialects.responses.events import ResponseEvents
+from realtime.dialects.responses.events import ResponseEvents, responses_usage
 from realtime.dialects.responses.objects import new_response
 from realtime.dialects.responses.reasoning_seal import ReasoningSeal
 from realtime.dialects.responses.request import ResponsesRequest, parse_responses_request
+from realtime.dialects.responses.steering import (
+    AnswerMarks,
+    Steer,
+    SteerErrorCode,
+    SteerFailure,
+    Steering,
+    failed_steer_event,
+    steer_items,
+)
+from realtime.model.generation import FinishReason
 from realtime.observability.logs import event as log_event
 from realtime.pipeline import ChatPipeline, PreparedChat
 from realtime.pipeline.events import Finish, Step, Usage
 from realtime.pipeline.offload import off_loop, prepare_chat
-from realtime.protocol.errors import InvalidRequestError, RealtimeError
+from realtime.protocol.errors import InvalidRequestError, PromptTooLongError, RealtimeError
 from realtime.protocol.generation_request import GenerationRequest, owned_by
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
 from realtime.store.base import Chain, ResponseStore, StoredResponse, StoreError
@@ -90,6 +103,16 @@ class PreparedResponse:
     size: int = 0
     #: The pipeline's prepared request, once `build_prompt` built its prompt.
     chat: PreparedChat | None = None
+    #: WebSocket mode's steers (`response.steer`); None: the response takes none (HTTP).
+    steering: Steering | None = None
+    #: The tokens of the passes a steer ended (each steer runs a new pass), and of an
+    #: automatic compaction's summary.
+    prior: Usage | None = None
+    #: With automatic compaction: the stored history (its items, then the input, are
+    #: what is compacted); None without `context_management`.
+    history: list[StoredResponse] | None = None
+    #: The compaction item automatic compaction made (sent as the first output item).
+    compaction: dict[str, Any] | None = None
     #: When it was created, not rounded (what the store's age limit counts from).
     created_at: float = 0.0
 
@@ -102,9 +125,18 @@ class PreparedResponse:
         """The tokens so far (None until the prompt was built); a warm-up's answer
         counts none (the one token it computed is dropped)."""
         if self.chat is None:
-            return None
+            return self.prior  # a steer's next pass before its prompt was built
         usage = self.chat.usage
-        return usage if self.generate else Usage(usage.prompt_tokens, 0, usage.cached_tokens)
+        if not self.generate:
+            return Usage(usage.prompt_tokens, 0, usage.cached_tokens)
+        prior = self.prior
+        if prior is None:
+            return usage
+        return Usage(
+            prior.prompt_tokens + usage.prompt_tokens,
+            prior.completion_tokens + usage.completion_tokens,
+            prior.cached_tokens + usage.cached_tokens,
+        )
 
     def usage(self) -> dict[str, Any] | None:
         """The usage so far as the access log and the metrics read it."""
@@ -214,7 +246,7 @@ class ResponsesService:
         plan = await off_loop(work, size)
         keep = self.store if request.stores else local
         generation = owned_by(plan.generation, cache_salt)
-        return PreparedResponse(
+        prepared = PreparedResponse(
             request,
             generation,
             plan.events,
@@ -225,6 +257,9 @@ class ResponsesService:
             size,
             created_at=plan.created_at,
         )
+        if request.compact_threshold is not None:
+            prepared.history = records
+        return prepared
 
     def _plan_from(
         self,
@@ -240,8 +275,31 @@ class ResponsesService:
 
     async def build_prompt(self, prepared: PreparedResponse, *, stream: bool) -> PreparedChat:
         """`ChatPipeline.prepare` of the response's request (off the event loop when it
-        is large), then its grammar's compile; errors name the Responses fields."""
-        chat = prepared.chat = await prepare_chat(
+        is large), then its grammar's compile; errors name the Responses fields. With
+        `context_management`, a prompt past the threshold (or past the context) is
+        compacted first (`_compact`)."""
+        try:
+            chat = await self._prepare_chat(prepared, stream)
+        except PromptTooLongError:
+            if prepared.history is None or prepared.compaction is not None:
+                raise
+            chat = None
+        if prepared.history is not None and prepared.compaction is None:
+            threshold = prepared.request.compact_threshold or int(
+                DEFAULT_THRESHOLD_SHARE * self.pipeline.engine.info.context_length
+            )
+            if chat is None or chat.usage.prompt_tokens > threshold:
+                history = prepared.history
+                items = await off_loop(functools.partial(history_items, history), prepared.size)
+                await self._compact(prepared, [*items, *prepared.request.items])
+                chat = await self._prepare_chat(prepared, stream)
+        assert chat is not None
+        prepared.chat = chat
+        await self.pipeline.constrain(chat)
+        return chat
+
+    async def _prepare_chat(self, prepared: PreparedResponse, stream: bool) -> PreparedChat:
+        return await prepare_chat(
             self.pipeline,
             prepared.generation,
             stream=stream,
@@ -249,8 +307,47 @@ class ResponsesService:
             size=prepared.size,
             request_id=prepared.id,
         )
-        await self.pipeline.constrain(chat)
-        return chat
+
+    async def _compact(self, prepared: PreparedResponse, context: list[dict[str, Any]]) -> None:
+        """Automatic compaction: the context summarized, the response's prompt rebuilt from
+        the compaction (its system messages, the summary, the kept turn)."""
+        request = prepared.request
+        result = await compact(
+            self.pipeline,
+            request.model,
+            context,
+            session_id=prepared.session_id,
+            cache_salt=prepared.generation.cache_salt,
+        )
+        prepared.compaction = result.item
+        prepared.prior = result.usage
+        prepared.generation = dataclasses.replace(
+            prepared.generation,
+            conversation=responses_conversation(result.output, request.instructions),
+        )
+
+    async def compact(self, data: Any, owner: str | None) -> dict[str, Any]:
+        """`POST /v1/responses/compact`: the context (the chain of `previous_response_id`,
+        then `input`) compacted; OpenAI's `response.compaction` object. Nothing is stored."""
+        request, items = parse_compact_request(data)
+        records = await self._history(request.previous_response_id, owner, None)
+        history = await off_loop(
+            functools.partial(history_items, records), sum(r.size for r in records)
+        )
+        result = await compact(
+            self.pipeline,
+            request.model,
+            [*history, *items],
+            instructions=request.instructions,
+            cache_salt=owner,
+        )
+        return {
+            "id": ids.new_id("resp"),
+            "object": "response.compaction",
+            "created_at": int(time.time()),
+            "output": result.output,
+            "usage": responses_usage(result.usage),
+        }
 
     def plan(
         self,
@@ -292,28 +389,58 @@ class ResponsesService:
         """Every event of the response, the terminal one last. Closing this generator
         early closes the pipeline's and with it the engine's (a cancel). The prompt is
         built here if `prepare` did not build it: after `response.created`, so that its
-        errors end the response `response.failed`."""
+        errors end the response `response.failed`.
+
+        With `prepared.steering` (WebSocket mode), steers waiting at a step boundary
+        end the pass (the engine's request is closed) and start the next: the
+        conversation, the answer so far and the steers' input, rendering into the
+        same items (`_steer`). Steers still waiting when the response ends fail
+        (`response.steer.failed`, before the terminal event)."""
         events = prepared.events
+        steering = prepared.steering
         for event in events.start():
             yield event
         finish: Finish | None = None
+        taken: list[Steer] = []
         try:
             chat = prepared.chat
             if chat is None:
                 chat = await self.build_prompt(prepared, stream=True)
-            async with aclosing(self.pipeline.events(chat)) as steps:
-                async for step in steps:
-                    if on_step is not None:
-                        on_step(step)
-                    if type(step) is not Step:
-                        assert isinstance(step, Finish)
-                        finish = step
-                    elif prepared.generate:  # a warm-up: the prefill is the point
-                        for event in events.step(step):
-                            yield event
+            if prepared.compaction is not None:
+                for event in events.add_item(prepared.compaction):
+                    yield event
+            marks = AnswerMarks()
+            while True:
+                steered = False
+                async with aclosing(self.pipeline.events(chat)) as steps:
+                    async for step in steps:
+                        if on_step is not None:
+                            on_step(step)
+                        if type(step) is not Step:
+                            assert isinstance(step, Finish)
+                            finish = step
+                        elif prepared.generate:  # a warm-up: the prefill is the point
+                            for event in events.step(step):
+                                yield event
+                            if (
+                                steering is not None
+                                and steering.pending
+                                and events.can_steer
+                                and _has_room(prepared)
+                            ):
+                                steered = True
+                                break  # closes the pipeline's iterator: the engine stops
+                if not steered and not self._steers_after(prepared, finish):
+                    break
+                taken = steering.take() if steering is not None else []
+                chat = await self._steer(prepared, chat, marks, taken)
+                taken = []
+                finish = None
         except RealtimeError as exc:
+            failed = self._end_steering(prepared, "successor_creation_failed", taken)
             terminal = events.fail(exc, prepared.tokens())
         else:
+            failed = self._end_steering(prepared, "response_not_active")
             # A warm-up's one token is not an answer: it is complete, never cut off.
             reason = finish.reason if finish is not None and prepared.generate else None
             terminal = events.finish(reason, prepared.tokens())
@@ -326,8 +453,65 @@ class ResponsesService:
         except StoreError as exc:
             if events.error is None:
                 terminal = events.not_stored(terminal, StoreUnavailableError(str(exc)))
+        for event in failed:
+            yield event
         for event in terminal:
             yield event
+
+    @staticmethod
+    def _steers_after(prepared: PreparedResponse, finish: Finish | None) -> bool:
+        """Whether steers still waiting when a pass ended run the next pass: yes after
+        an answer that ended by itself (not cut off, not waiting for a tool's output)."""
+        steering = prepared.steering
+        return (
+            steering is not None
+            and bool(steering.pending)
+            and finish is not None
+            and finish.reason in (FinishReason.EOS, FinishReason.STOP)
+            and prepared.events.can_steer
+            and not prepared.events.ends_in_call
+            and _has_room(prepared)
+        )
+
+    async def _steer(
+        self,
+        prepared: PreparedResponse,
+        chat: PreparedChat,
+        marks: AnswerMarks,
+        steers: list[Steer],
+    ) -> PreparedChat:
+        """The next pass: the conversation so far, the answer written since the last pass
+        and the steers' input; its token limit is what the response has left."""
+        prepared.prior = prepared.tokens()
+        generation = prepared.generation
+        limit = generation.max_tokens
+        if prepared.request.max_output_tokens is not None and prepared.prior is not None:
+            limit = prepared.request.max_output_tokens - prepared.prior.completion_tokens
+        conversation = (
+            *generation.conversation,
+            *marks.since(prepared.events.output_items),
+            *steer_items(steers),
+        )
+        prepared.generation = dataclasses.replace(
+            generation, conversation=conversation, max_tokens=limit
+        )
+        prepared.chat = None
+        return await self.build_prompt(prepared, stream=True)
+
+    @staticmethod
+    def _end_steering(
+        prepared: PreparedResponse, code: SteerErrorCode, taken: list[Steer] | None = None
+    ) -> list[dict[str, Any]]:
+        """Close the response to steers; `response.steer.failed` for those not applied."""
+        steering = prepared.steering
+        if steering is None:
+            return []
+        left = [*(taken or []), *steering.close()]
+        message = (
+            "the response ended before this input could join it (it ended with a tool call,"
+            " reached its token limit, or failed); send it with the next response.create"
+        )
+        return [failed_steer_event(steer, SteerFailure(code, message)) for steer in left]
 
     async def complete(
         self,
@@ -355,7 +539,8 @@ class ResponsesService:
                 created_at=prepared.created_at or float(response["created_at"]),
                 previous_response_id=request.previous_response_id,
                 response=response,
-                input_items=request.items,
+                input_items=request.items
+                + (prepared.steering.items if prepared.steering is not None else []),
             )
         )
 
@@ -464,6 +649,13 @@ class _ChainWalk:
         self.records += chain.records
         self.next_id = chain.missing
         return True
+
+
+def _has_room(prepared: PreparedResponse) -> bool:
+    """Whether the answer may grow: it has not used up `max_output_tokens`."""
+    limit = prepared.request.max_output_tokens
+    tokens = prepared.tokens()
+    return limit is None or tokens is None or tokens.completion_tokens < limit
 
 
 def history_items(records: list[StoredResponse]) -> list[dict[str, Any]]:

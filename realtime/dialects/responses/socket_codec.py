@@ -7,9 +7,10 @@ defines two client events, and this is what each becomes:
   (the lane) and `generate`, validated exactly as over HTTP
   (`ResponseCreateEvent`). `stream` and `stream_options` are accepted and change
   nothing: on the socket every response streams.
-* `response.steer` -> `Refuse` (`unsupported`): steering needs a model that
-  reads input while it generates; the error goes to the lane of the response it
-  names when this socket knows it.
+* `response.steer` -> `Steer` (`steering.parse_steer`), or `SteerRefused` when
+  its fields or input are bad (`invalid_input`); the dialect finds the running
+  response it names and answers `response.steer.accepted` or
+  `response.steer.failed`.
 * anything else (another `type`, no `type`, not a JSON object, not JSON, a binary
   frame) -> `Refuse` with an error naming what was wrong. Frames are whole
   messages, so a bad one costs only itself: the socket carries on.
@@ -37,12 +38,12 @@ import orjson
 
 from realtime.dialects.responses.events import socket_error_event
 from realtime.dialects.responses.request import ResponseCreateEvent, parse_responses_request
+from realtime.dialects.responses.steering import Steer, SteerRefused, parse_steer
 from realtime.pipeline.offload import OFF_LOOP_CHARS
 from realtime.protocol.errors import (
     InvalidRequestError,
     ModelNotFoundError,
     RealtimeError,
-    UnsupportedFeatureError,
 )
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
 from realtime.protocol.json_input import load_json
@@ -98,7 +99,7 @@ class Refuse:
         return socket_error_event(self.error, stream_id=self.stream_id)
 
 
-ClientCommand = Create | Refuse
+ClientCommand = Create | Refuse | Steer | SteerRefused
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +141,7 @@ class ResponsesSocketCodec:
         self.limits = limits
         self.max_streams = max_streams
         self.streams: set[str] = set()
-        #: response id -> its lane, for errors about a response (steering)
+        #: response id -> its lane, for steers naming a response that has ended
         self.lanes: dict[str, str | None] = {}
         #: the connection reached its maximum age (set by the transport)
         self.expired = False
@@ -170,16 +171,7 @@ class ResponsesSocketCodec:
         if kind == "response.create":
             return self._create(data, len(text))
         if kind == "response.steer":
-            previous = data.get("previous_response_id")
-            lane = self.lanes.get(previous) if isinstance(previous, str) else None
-            return Refuse(
-                UnsupportedFeatureError(
-                    "response.steer is not supported by this server: send the input with the"
-                    " next response.create (previous_response_id and only the new items)",
-                    param="type",
-                ),
-                lane,
-            )
+            return parse_steer(data)
         if kind is None:
             message = "the event has no 'type'; expected one of " + ", ".join(CLIENT_EVENTS)
         else:

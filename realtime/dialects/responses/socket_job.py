@@ -9,6 +9,10 @@ HTTP streams too (`ResponsesService.events`: `response.created`, the prompt, the
 events, the response stored, then its terminal event); a response that failed
 ends with `response.failed` there, then raises its error, so the session counts
 it as failed.
+
+A running response takes steers (`steer`): the job gives the run its `Steering`
+queue once the response is planned; a warm-up (`generate: false`) has nothing to
+steer and refuses them (`steering_not_supported`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from realtime.dialects.responses.events import ResponseEvents
 from realtime.dialects.responses.request import ResponseCreateEvent
 from realtime.dialects.responses.service import PreparedResponse, ResponsesService
 from realtime.dialects.responses.socket_codec import LargeCreate, model_refusal
+from realtime.dialects.responses.steering import Steer, SteerFailure, Steering
 from realtime.pipeline.events import Usage
 from realtime.pipeline.offload import off_loop
 from realtime.session.job import Observe, Timer
@@ -73,6 +78,14 @@ class ResponseJob:
             session_id=self.session_id,
             size=self.size,
         )
+        self.prepared.steering = Steering(unsupported=_steering_unsupported(self.prepared))
+
+    def steer(self, steer: Steer) -> SteerFailure | None:
+        """Queue `steer` for the response's next step boundary (None: accepted)."""
+        prepared = self.prepared
+        if prepared is None or prepared.steering is None:
+            return SteerFailure("response_not_active", "the response has not started")
+        return prepared.steering.offer(steer)
 
     def observer(self, timer: Timer) -> Observe:
         """The run shows `timer` the pipeline's steps; the events themselves are not tokens."""
@@ -111,4 +124,15 @@ class ResponseJob:
 
 
 def _ignore(event: Any) -> None:
+    return None
+
+
+def _steering_unsupported(prepared: PreparedResponse) -> str | None:
+    """Why a response takes no steers (None: it takes them)."""
+    if not prepared.generate:
+        return "a warm-up (generate: false) generates nothing to steer"
+    if prepared.request.compact_threshold is not None:
+        return "a response with automatic compaction (context_management) takes no steers"
+    if prepared.generation.format is not None:
+        return "a structured answer (text.format) cannot be resumed mid-value by a steer"
     return None

@@ -246,6 +246,16 @@ def test_every_supported_item_type_is_normalized() -> None:
         ({"input": "x", "truncation": "auto"}, UnsupportedFeatureError, "truncation"),
         ({"input": "x", "conversation": "conv_1"}, UnsupportedFeatureError, "conversation"),
         ({"input": "x", "prompt": {"id": "p"}}, UnsupportedFeatureError, "prompt"),
+        (
+            {"input": "x", "context_management": [{"type": "compaction", "compact_threshold": -1}]},
+            InvalidRequestError,
+            "context_management.0.compact_threshold",
+        ),
+        (
+            {"input": [{"type": "compaction", "encrypted_content": "not ours"}]},
+            InvalidRequestError,
+            "input.0.encrypted_content",
+        ),
         ({"input": "x", "client_metadata": {"a": 1}}, InvalidTypeError, "client_metadata.a"),
         (
             {"input": "x", "prompt_cache_options": {"prewarm": True}},

@@ -223,9 +223,9 @@ def test_a_lane_runs_its_responses_one_at_a_time(server_factory: Any) -> None:
 
 
 def test_every_client_event_is_served_or_refused_by_name(echo: RunningServer) -> None:
-    """The SDK defines `response.create` and `response.steer`; steering is refused with
-    an error on the lane of the response it names. Anything else, not JSON, or binary:
-    an error event. The socket carries on after each."""
+    """The SDK defines `response.create` and `response.steer`; a steer of a response that
+    has ended fails (`response.steer.failed`) on the lane of the response it names.
+    Anything else, not JSON, or binary: an error event. The socket carries on after each."""
 
     async def go() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         async with connect(ws_url(echo)) as ws:
@@ -253,14 +253,17 @@ def test_every_client_event_is_served_or_refused_by_name(echo: RunningServer) ->
     errors, after = asyncio.run(go())
     codes = [e["error"]["code"] for e in errors]
     assert codes == [
-        "unsupported",
+        "response_already_completed",
         "invalid_event",
         "invalid_json",
         "binary_frame",
         "invalid_stream_id",
     ]
-    assert errors[0]["stream_id"] == "s" and "response.steer" in errors[0]["error"]["message"]
-    for error in errors:
+    steer_failed = errors[0]
+    check_socket_event(steer_failed)
+    assert steer_failed["type"] == "response.steer.failed" and steer_failed["stream_id"] == "s"
+    assert steer_failed["steer"]["input"] == "faster" and "id" not in steer_failed["steer"]
+    for error in errors[1:]:
         check_socket_event(error)
         assert error["type"] == "error" and error["status"] == 400
     assert after[-1]["type"] == "response.completed"

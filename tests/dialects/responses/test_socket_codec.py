@@ -14,6 +14,7 @@ from realtime.dialects.responses.socket_codec import (
     Refuse,
     ResponsesSocketCodec,
 )
+from realtime.dialects.responses.steering import Steer, SteerRefused
 from realtime.protocol.errors import InvalidRequestError
 from realtime.protocol.input_limits import InputLimits
 
@@ -94,15 +95,14 @@ def test_distinct_named_lanes_are_limited_per_socket() -> None:
     assert command.error.code == "websocket_stream_limit_reached" and command.stream_id == "c"
 
 
-def test_steering_is_refused_on_the_lane_of_the_response_it_names() -> None:
+def test_a_steer_is_parsed_for_the_dialect_and_a_bad_one_refused_as_invalid_input() -> None:
     codec = ResponsesSocketCodec()
-    codec.started("resp_1", "lane-9")
     steer = {"type": "response.steer", "previous_response_id": "resp_1", "input": "faster"}
-    command = refused(codec.parse(json.dumps(steer)))
-    assert command.error.code == "unsupported" and command.stream_id == "lane-9"
-    assert "response.steer" in command.error.message
-    unknown = refused(codec.parse(json.dumps({**steer, "previous_response_id": "resp_x"})))
-    assert unknown.stream_id is None
+    command = codec.parse(json.dumps(steer))
+    assert isinstance(command, Steer)
+    assert command.previous_response_id == "resp_1" and command.input == "faster"
+    bad = codec.parse(json.dumps({**steer, "input": [{"role": "developer", "content": "x"}]}))
+    assert isinstance(bad, SteerRefused) and bad.failure.code == "invalid_input"
 
 
 def test_an_expired_connection_refuses_new_responses() -> None:
