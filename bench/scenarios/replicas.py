@@ -96,7 +96,9 @@ async def _loop(base_url: str, tag: str, seeds: list[int], p: Params) -> list[li
 
     async def conversation(n: int, seed: int) -> list[TurnTiming]:
         agent = script(seed=seed, turns=p.turns, runbook_lines=p.runbook_lines)
-        http = ResponsesHttp(base_url, agent, settings, headers={"x-session-id": f"{tag}-{n}"})
+        # a session id is printable ASCII without spaces (variants are named with them)
+        session = f"{tag}-{n}".replace(" ", "-")
+        http = ResponsesHttp(base_url, agent, settings, headers={"x-session-id": session})
         try:
             return [await http.turn(index) for index in range(agent.turns)]
         finally:

@@ -35,10 +35,6 @@ SCENARIOS = (
     "agent_messages",
     "replicas",
 )
-#: The quick run's own limit is 200 s (below); the module's tests wait for it. Its cpu-engine
-#: scenarios each start an engine process beside the server.
-pytestmark = pytest.mark.timeout(240)
-
 STATUSES = {"pass", "miss", "n/a"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
