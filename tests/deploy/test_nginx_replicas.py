@@ -231,10 +231,14 @@ def test_kill_9_mid_stream_the_conversation_and_the_socket_go_on_elsewhere(
             warm = await client.chat([{"role": "user", "content": "hello"}], max_tokens=2).text()
             assert isinstance(warm, str)
             # Two long answers in flight on the doomed replica: the socket's, and a
-            # streamed Responses turn (the third) over HTTP.
+            # streamed Responses turn (the third) over HTTP. The socket's is sent when its
+            # iteration starts, so it goes first: the kill follows the HTTP stream's first
+            # delta at once, long before either could run its 3,000 tokens out.
             socket_stream = client.chat(
                 [{"role": "user", "content": "a long answer"}], max_tokens=3000, ignore_eos=True
             )
+            chunks = socket_stream.__aiter__()
+            await chunks.__anext__()
             http_stream = sdk.responses.create(
                 model=MODEL, input="the third turn", previous_response_id=second.id,
                 max_output_tokens=3000, store=True, stream=True, text=LONG_ANSWER,
@@ -243,8 +247,6 @@ def test_kill_9_mid_stream_the_conversation_and_the_socket_go_on_elsewhere(
             for event in http_events:
                 if event.type == "response.output_text.delta":
                     break
-            chunks = socket_stream.__aiter__()
-            await chunks.__anext__()
             _kill(doomed)  # kill -9, mid-stream on both
             with pytest.raises(RequestInterruptedError):
                 async for _ in chunks:
