@@ -353,6 +353,7 @@ def test_the_response_store_has_one_async_interface() -> None:
         "get": True,
         "chain": True,
         "delete": True,
+        "unfinished": True,
         "close": True,
     }
 

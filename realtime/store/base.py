@@ -43,6 +43,12 @@ against the same suite; a new store joins its fixture):
   when the records newer than it fill the limit, and never before its age limit
   for any other reason.
 * **Deletes** are by owner and take effect at once.
+* **Runners.** A record put with `runner` set is a background response that server
+  (`runner`: its stable id) has not finished; `unfinished(runner)` lists exactly
+  those of that runner, any owner, oldest first, and a record put again without
+  `runner` (it ended) leaves the list. So a server that restarts finds, and fails,
+  only the background responses it was running itself, even when several replicas
+  share the store.
 """
 
 from __future__ import annotations
@@ -85,6 +91,10 @@ class StoredResponse:
     #: every read; 0 on a record not yet put). Readers use it to decide, before any
     #: work, whether rebuilding a conversation is large.
     size: int = 0
+    #: The id of the server running this background response while it is unfinished
+    #: (`queued` or `in_progress`); None otherwise. Not part of `encode()`: the store
+    #: keeps it beside the record, for `unfinished`.
+    runner: str | None = None
 
     def encode(self) -> bytes:
         return orjson.dumps({"response": self.response, "input_items": self.input_items})
@@ -131,6 +141,11 @@ class ResponseStore(Protocol):
 
     async def delete(self, response_id: str, owner: str | None) -> bool:
         """Forget the record; False when this owner has no such record."""
+        ...
+
+    async def unfinished(self, runner: str) -> list[StoredResponse]:
+        """The records last put with this `runner` (background responses it had not
+        finished), any owner, oldest first, each with its `runner` set. Raises StoreError."""
         ...
 
     async def close(self) -> None:

@@ -12,6 +12,7 @@ import asyncio
 import secrets
 import time
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any
 
 from realtime.store.base import (
@@ -41,6 +42,8 @@ class MemoryResponseStore:
         self._secret = secrets.token_bytes(32)
         #: by id, oldest first: the insertion order is the store's sequence
         self._records: OrderedDict[str, StoredResponse] = OrderedDict()
+        #: id -> runner, for the records put with one (`unfinished`)
+        self._runners: dict[str, str] = {}
         self.bytes = 0
 
     def owner(self, api_key: bytes | None) -> str | None:
@@ -56,6 +59,10 @@ class MemoryResponseStore:
             self.bytes -= old.size
         self._records[record.id] = record
         self.bytes += record.size
+        if record.runner is not None:
+            self._runners[record.id] = record.runner
+        else:
+            self._runners.pop(record.id, None)
         self._prune()
 
     async def get(self, response_id: str, owner: str | None) -> StoredResponse | None:
@@ -68,13 +75,22 @@ class MemoryResponseStore:
         if self._find(response_id, owner) is None:
             return False
         self.bytes -= self._records.pop(response_id).size
+        self._runners.pop(response_id, None)
         return True
+
+    async def unfinished(self, runner: str) -> list[StoredResponse]:
+        found = []
+        for response_id, record in self._records.items():
+            if self._runners.get(response_id) == runner and not self._expired(record):
+                found.append(replace(record, runner=runner))
+        return found
 
     async def close(self) -> None:
         self.clear()
 
     def clear(self) -> None:
         self._records.clear()
+        self._runners.clear()
         self.bytes = 0
 
     def _find(self, response_id: str, owner: str | None) -> StoredResponse | None:
@@ -97,6 +113,7 @@ class MemoryResponseStore:
             if not ((self.max_bytes and self.bytes > self.max_bytes) or self._expired(oldest)):
                 return
             records.popitem(last=False)
+            self._runners.pop(oldest.id, None)
             self.bytes -= oldest.size
 
 

@@ -47,6 +47,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import orjson
@@ -193,6 +194,16 @@ class PostgresResponseStore:
             chain.missing = records[-1].previous_response_id  # None: the chain is whole
         return chain
 
+    async def unfinished(self, runner: str) -> list[StoredResponse]:
+        rows = await self._operate(
+            "read the unfinished background responses",
+            self._fetch,
+            sql.UNFINISHED,
+            runner,
+            self._oldest_kept(),
+        )
+        return [replace(record, runner=runner) for record in await _decode(rows)]
+
     async def delete(self, response_id: str, owner: str | None) -> bool:
         if self._closed:
             raise StoreError("the response store is closed")
@@ -283,6 +294,8 @@ class PostgresResponseStore:
                 len(data),
                 data,
             )
+            if record.runner is not None:  # (put again, the old row went with its record)
+                await db.execute(sql.ADD_RUNNER, record.id, record.runner)
             total += len(data) - (old or 0)
             now = self._clock()
             if self.max_age_seconds and now - self._last_age_check > _AGE_CHECK_SECONDS:

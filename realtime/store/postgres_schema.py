@@ -32,6 +32,15 @@ MIGRATIONS: tuple[str, ...] = (
     INSERT INTO realtime_usage VALUES (TRUE, 0);
     CREATE TABLE realtime_meta (key TEXT PRIMARY KEY, value BYTEA NOT NULL);
     """,
+    # 2: background responses not yet finished, by the runner (server) that runs them;
+    #    a row goes with its response (deleted, expired or put again).
+    """
+    CREATE TABLE realtime_background (
+        id TEXT PRIMARY KEY REFERENCES realtime_responses (id) ON DELETE CASCADE,
+        runner TEXT NOT NULL
+    );
+    CREATE INDEX realtime_background_runner ON realtime_background (runner);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -77,6 +86,13 @@ OLDEST = (
     "SELECT seq, size FROM realtime_responses WHERE seq <> $1 AND seq > $2 ORDER BY seq LIMIT 256"
 )
 DROP_UP_TO = "DELETE FROM realtime_responses WHERE seq <= $1 AND seq <> $2 RETURNING size"
+
+ADD_RUNNER = "INSERT INTO realtime_background (id, runner) VALUES ($1, $2)"
+UNFINISHED = (
+    "SELECT r.id, r.owner, r.previous_response_id, r.created_at, r.size, r.data"
+    " FROM realtime_background b JOIN realtime_responses r ON r.id = b.id"
+    " WHERE b.runner = $1 AND r.created_at >= $2 ORDER BY r.seq"
+)
 
 SECRET = "SELECT value FROM realtime_meta WHERE key = 'owner_secret'"
 ADD_SECRET = (

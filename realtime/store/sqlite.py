@@ -23,6 +23,11 @@ back to the file system (incremental vacuum), so the file shrinks with the data.
 Owner fingerprints use a random secret kept in the file itself, so they survive
 a restart and mean nothing without the file.
 
+Background responses not yet finished are listed in `background` (id, runner),
+which every `put` keeps (a record put with a runner is added, one put without
+is removed); the table is created when missing, so files of schema 2 gain it
+when opened.
+
 Files written by the first version (schema 1: no `seq`) are migrated when opened,
 their records in the order of their `created_at`.
 """
@@ -38,6 +43,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -74,6 +80,8 @@ CREATE TABLE IF NOT EXISTS responses (
 );
 CREATE INDEX IF NOT EXISTS responses_created_at ON responses (created_at);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS background (id TEXT PRIMARY KEY, runner TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS background_runner ON background (runner);
 """
 
 #: Schema 1 -> 2: the same rows, numbered in the order of their creation.
@@ -88,6 +96,13 @@ DROP TABLE responses_1;
 """
 
 _COLUMNS = "id, owner, previous_response_id, created_at, size, data"
+
+#: A runner's unfinished background responses, oldest first.
+_UNFINISHED = (
+    "SELECT r.id, r.owner, r.previous_response_id, r.created_at, r.size, r.data"
+    " FROM background b JOIN responses r ON r.id = b.id"
+    " WHERE b.runner = ? AND r.created_at >= ? ORDER BY r.seq"
+)
 
 #: One response and its predecessors, newest first, in one statement.
 _CHAIN = f"""
@@ -169,6 +184,9 @@ class SQLiteResponseStore:
 
     async def chain(self, response_id: str, owner: str | None, limit: int) -> Chain:
         return await self._read(self._chain, response_id, owner, limit)
+
+    async def unfinished(self, runner: str) -> list[StoredResponse]:
+        return await self._read(self._unfinished, runner)
 
     async def delete(self, response_id: str, owner: str | None) -> bool:
         if self._closed:
@@ -261,6 +279,11 @@ class SQLiteResponseStore:
                     data,
                 ),
             ).lastrowid
+            db.execute("DELETE FROM background WHERE id = ?", (record.id,))
+            if record.runner is not None:
+                db.execute(
+                    "INSERT INTO background (id, runner) VALUES (?, ?)", (record.id, record.runner)
+                )
         self.bytes += len(data) - (old[0] if old else 0)
         now = self._clock()
         if (self.max_bytes and self.bytes > self.max_bytes) or (
@@ -279,6 +302,7 @@ class SQLiteResponseStore:
             if row is None:
                 return False
             self._db.execute("DELETE FROM responses WHERE id = ?", (response_id,))
+            self._db.execute("DELETE FROM background WHERE id = ?", (response_id,))
         self.bytes -= row[0]
         return True
 
@@ -316,6 +340,8 @@ class SQLiteResponseStore:
                         (cutoff, newest if newest is not None else -1),
                     ).rowcount
                     self.bytes -= freed
+            if deleted:
+                db.execute("DELETE FROM background WHERE id NOT IN (SELECT id FROM responses)")
         if deleted:
             db.execute("PRAGMA incremental_vacuum")
             log.info("response store: %d expired or over-limit responses deleted", deleted)
@@ -353,6 +379,11 @@ class SQLiteResponseStore:
         else:
             chain.missing = records[-1].previous_response_id  # None: the chain is whole
         return chain
+
+    def _unfinished(self, runner: str) -> list[StoredResponse]:
+        assert self._read_db is not None
+        rows = self._read_db.execute(_UNFINISHED, (runner, self._oldest_kept())).fetchall()
+        return [replace(_record(row), runner=runner) for row in rows]
 
     def _close_reader(self) -> None:
         if self._read_db is not None:

@@ -13,6 +13,7 @@ import asyncio
 import sqlite3
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -362,3 +363,55 @@ def test_sqlite_migrates_a_first_version_file_in_creation_order(tmp_path: Path) 
     run(go())
     with sqlite3.connect(tmp_path / FILENAME) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+
+
+def test_unfinished_lists_a_runners_background_responses_until_they_end(
+    make_store: StoreFactory,
+) -> None:
+    """`unfinished(runner)`: the records put with that runner (any owner, oldest first),
+    each with its runner; one put again without a runner (it ended) leaves the list, and
+    another runner's are never listed. A store reopened (a restart) still lists them."""
+
+    async def go() -> None:
+        store = make_store()
+        alice = store.owner(b"alice")
+        mine = [replace(record("a", owner=alice), runner="host-1"), record("b")]
+        mine[1].runner = "host-1"
+        await store.put(mine[0])
+        await store.put(mine[1])
+        await store.put(replace(record("c"), runner="host-2"))
+        await store.put(record("d"))
+        found = await store.unfinished("host-1")
+        assert [(r.id, r.owner, r.runner) for r in found] == [
+            ("a", alice, "host-1"),
+            ("b", None, "host-1"),
+        ]
+        assert [r.id for r in await store.unfinished("host-2")] == ["c"]
+        assert await store.unfinished("host-3") == []
+        await store.put(record("a", owner=alice))  # it ended: put again without a runner
+        assert [r.id for r in await store.unfinished("host-1")] == ["b"]
+        assert await store.delete("c", None)  # a deleted record is not listed
+        assert await store.unfinished("host-2") == []
+        await store.close()
+        reopened = make_store()
+        assert [r.id for r in await reopened.unfinished("host-1")] == (
+            [] if isinstance(reopened, MemoryResponseStore) else ["b"]
+        )
+        await reopened.close()
+
+    run(go())
+
+
+def test_unfinished_records_go_with_their_record_when_it_expires(
+    make_store: StoreFactory,
+) -> None:
+    async def go() -> None:
+        clock = Clock()
+        store = make_store(max_age_seconds=100, clock=clock)
+        await store.put(replace(record("old", at=clock.now), runner="host-1"))
+        clock.now += 101
+        await store.put(replace(record("new", at=clock.now), runner="host-1"))
+        assert [r.id for r in await store.unfinished("host-1")] == ["new"]
+        await store.close()
+
+    run(go())
