@@ -32,6 +32,8 @@ from realtime.dialects.messages.errors import error_body as anthropic_error_body
 from realtime.dialects.realtime_events.limits import EventLimits
 from realtime.dialects.realtime_events.selector import realtime_events
 from realtime.dialects.responses import ResponsesService
+from realtime.dialects.responses.background import BackgroundLimits
+from realtime.dialects.responses.background_runs import BackgroundRuns
 from realtime.dialects.responses.dialect import SocketLimits
 from realtime.dialects.responses.reasoning_seal import ReasoningSeal
 from realtime.dialects.responses.selector import responses_mode
@@ -65,6 +67,7 @@ from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.errors import RealtimeError
 from realtime.session.dialect import DialectSelector
 from realtime.store import MemoryResponseStore, ResponseStore
+from realtime.store.base import StoreError
 from realtime.store.dsn import is_postgres_url
 from realtime.store.postgres import PostgresResponseStore
 from realtime.store.sqlite import SQLiteResponseStore
@@ -287,6 +290,12 @@ def build_app(
         limits=input_limits(config),
         seal=ReasoningSeal(config.reasoning_key),
     )
+    background = BackgroundRuns(
+        responses,
+        runner=config.runner_id,
+        limits=BackgroundLimits(config.max_background, config.max_background_per_key),
+        max_events=config.background_max_events,
+    )
     hub = SessionHub(config.max_connections)
     ui = ui_routes() if config.ui else []
     sockets = socket_routes(ServerParts(config, pipeline, responses), protocols)
@@ -304,9 +313,15 @@ def build_app(
         await engine.start()
         label = getattr(engine, "label", type(engine).__name__)  # a proxy names what it runs
         log.info("serving model %r on engine %s", engine.info.name, label)
+        # Background responses this server left unfinished when it last stopped: failed.
+        try:
+            await background.recover()
+        except StoreError as exc:
+            log.warning("could not fail the background responses left unfinished: %s", exc)
         try:
             yield
         finally:
+            await background.stop()  # none left running: each ends failed, and is stored
             await pipeline.aclose()  # no warm-up may outlive the engine
             await engine.close()
             await responses.aclose()  # pending response writes reach the disk
@@ -341,6 +356,7 @@ def build_app(
     app.state.pipeline = pipeline
     app.state.completions = CompletionPipeline(pipeline)
     app.state.responses = responses
+    app.state.background = background
     app.state.hub = hub
     app.state.metrics = metrics
     app.state.lifecycle = Lifecycle()

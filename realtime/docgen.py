@@ -219,6 +219,8 @@ _ERROR_STATUSES = {
     "401": "Missing or wrong API key (when the server has keys)",
     "403": "Origin not allowed",
     "404": "Unknown model, or an unknown response id",
+    "409": "The background response runs on another server sharing the store",
+    "429": "Too many background responses queued or running (in all, or for this key)",
     "500": "Engine or internal error",
     "503": "Engine unavailable, or the server is shutting down",
 }
@@ -394,7 +396,11 @@ def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
             " `data: <ResponseStreamEvent>`, numbered by `sequence_number`, ending with"
             " `response.completed`, `response.incomplete` or `response.failed` (no"
             " `[DONE]`). `store` (default true) keeps the response for GET and"
-            " `previous_response_id`.",
+            " `previous_response_id`. `background: true` (needs `store`): the Response at"
+            " status `queued` at once (or, with `stream`, its events from `response.created`"
+            " and `response.queued`), while it runs detached from the request; poll it with"
+            " GET, resume its events with `GET ?stream=true&starting_after=N`, cancel it with"
+            " POST .../cancel.",
             "requestBody": {
                 "required": True,
                 "content": {"application/json": {"schema": ref(ResponsesRequest, "validation")}},
@@ -407,7 +413,7 @@ def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
                         "text/event-stream": {"schema": ref(ResponseStreamEvent)},
                     },
                 },
-                **errors("400", "401", "403", "404", "500", "503"),
+                **errors("400", "401", "403", "404", "429", "500", "503"),
             },
         },
         ("/v1/responses/compact", "post"): {
@@ -424,10 +430,29 @@ def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
                           **errors("400", "401", "403", "404", "500", "503")},
         },
         ("/v1/responses/{response_id}", "get"): {
-            "summary": "A stored response",
-            "parameters": [_path_param("response_id"), _query_param("include", "array")],
-            "responses": {"200": json_body(ref(ResponseObject), "The Response"),
-                          **errors("400", "401", "403", "404")},
+            "summary": "A stored response; `stream=true`: a background response's events",
+            "description": "`stream=true` (a background response only): its events numbered"
+            " above `starting_after` (default: all kept), then the live ones until its last,"
+            " as server-sent events. The events are kept in memory by the server that runs"
+            " the response (`--background-max-events`, the newest), until 600 s after it"
+            " ends; a resume it cannot serve is a 400 (`events_not_kept`, or `invalid_value`"
+            " for a number past the last event).",
+            "parameters": [
+                _path_param("response_id"),
+                _query_param("include", "array"),
+                _query_param("stream", "boolean"),
+                _query_param("starting_after", "integer"),
+            ],
+            "responses": {
+                "200": {
+                    "description": "The Response, or a background response's events",
+                    "content": {
+                        "application/json": {"schema": ref(ResponseObject)},
+                        "text/event-stream": {"schema": ref(ResponseStreamEvent)},
+                    },
+                },
+                **errors("400", "401", "403", "404"),
+            },
         },
         ("/v1/responses/{response_id}", "delete"): {
             "summary": "Delete a stored response",
@@ -448,10 +473,11 @@ def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
                           **errors("400", "401", "403", "404")},
         },
         ("/v1/responses/{response_id}/cancel", "post"): {
-            "summary": "Cancel a background response: always 400 here (no background"
-            " responses); 404 for an unknown id",
+            "summary": "Cancel a background response (status `cancelled`; one that ended is"
+            " returned as it is); 400 for a response that is not a background one",
             "parameters": [_path_param("response_id")],
-            "responses": {**errors("400", "401", "403", "404")},
+            "responses": {"200": json_body(ref(ResponseObject), "The Response"),
+                          **errors("400", "401", "403", "404", "409")},
         },
         ("/v1/messages", "post"): {
             "summary": "Create a message (Anthropic's Messages API; Claude Code, the anthropic"

@@ -121,10 +121,14 @@ def run_front_end(
     """One front end (the target of its process): serve until told to stop. It puts its
     index on `started` (a multiprocessing queue) once it listens."""
     from realtime.app import build_app, engine_from_config
+    from realtime.dialects.responses.background_runs import default_runner_id
     from realtime.observability.logs import configure_logging
     from realtime.server import EXIT_ENGINE_DIED, RealtimeServer, tune_gc, uvicorn_config
 
     configure_logging(config.log_level, config.log_format, config.api_keys)
+    # Each front end runs its own background responses: a runner id of its own.
+    runner = config.runner_id or default_runner_id()
+    config = dataclasses.replace(config, runner_id=f"{runner}/front-end-{index}")
     engine = engine_from_config(config, engine_address=address)
     metrics = FleetMetrics(directory, index, config.api_servers)
     app = build_app(config, engine, metrics=metrics)

@@ -8,10 +8,12 @@ all within `--shutdown-grace`:
 1. stop listening, and close idle HTTP keep-alive connections;
 2. drain: sockets refuse new requests (`error` frame `shutting_down`) and close
    with 1001 as soon as their accepted requests are answered; HTTP requests in
-   flight carry on, new ones get 503;
+   flight carry on, new ones get 503; background responses run on (the drain
+   waits for them too);
 3. when the grace runs out, whatever still runs is cancelled with a terminal
    frame (`response.done` cancelled, an SSE error event, a 503), and sockets
-   close with 1001;
+   close with 1001; background responses still running are failed
+   (`shutting_down`) and stored so;
 4. uvicorn's own shutdown then finds nothing left to wait for, and the process
    exits 0.
 
@@ -38,6 +40,7 @@ from starlette.applications import Starlette
 
 from realtime.asgi.lifecycle import Lifecycle
 from realtime.config import ServerConfig
+from realtime.dialects.responses.background_runs import BackgroundRuns
 from realtime.http.protocol import LimitedHttpToolsProtocol
 from realtime.http.request_limits import HttpLimits
 from realtime.observability.logs import event, protect_uvicorn_logs
@@ -184,7 +187,12 @@ class RealtimeServer(uvicorn.Server):
         hub.begin_shutdown()
         for connection in self._http_connections():
             connection.shutdown()  # idle keep-alive: closed; busy: closed after its response
-        drain = asyncio.gather(hub.wait_closed(deadline - loop.time()), self._wait_http(deadline))
+        background: BackgroundRuns = self._app.state.background
+        drain = asyncio.gather(
+            hub.wait_closed(deadline - loop.time()),
+            self._wait_http(deadline),
+            background.drain(deadline - loop.time()),
+        )
         while not drain.done() and not self.force_exit:  # a second Ctrl-C skips the grace
             await asyncio.wait({drain}, timeout=0.1)
         if not drain.done():
@@ -200,6 +208,7 @@ class RealtimeServer(uvicorn.Server):
             )
             lifecycle.expire()
             hub.end_grace()
+            await background.stop()  # each still running ends failed (`shutting_down`)
             await hub.wait_closed(CLOSE_SECONDS)
         await super().shutdown(sockets)
 

@@ -34,6 +34,7 @@ from realtime.config.values import (
     api_key,
     engine_option,
     gpu_split,
+    runner_id,
     store_location,
 )
 from realtime.engine.registry import engine_names
@@ -989,5 +990,60 @@ FLAGS: tuple[Flag, ...] = (
             "one WebSocket's `store: false` responses (kept for its continuations); beyond it"
             " the oldest go (0 = no limit)",
         ),
+    ),
+    Flag(
+        "--max-background",
+        "responses",
+        "background responses (background: true) queued or running at once; one more is"
+        " 429 too_many_background_responses (default %(default)s)",
+        field="max_background",
+        value=POSITIVE,
+        metavar="N",
+        limit=Limit(
+            "responses",
+            "background responses queued or running at once on this server; one more is"
+            " refused with 429 `too_many_background_responses`",
+        ),
+    ),
+    Flag(
+        "--max-background-per-key",
+        "responses",
+        "background responses queued or running at once per API key (a server without keys:"
+        " for all callers); one more is 429 too_many_background_responses (default"
+        " %(default)s)",
+        field="max_background_per_key",
+        value=POSITIVE,
+        metavar="N",
+        limit=Limit(
+            "responses",
+            "background responses queued or running at once per API key (without keys: all"
+            " callers together); one more is refused with 429 `too_many_background_responses`",
+        ),
+    ),
+    Flag(
+        "--background-max-events",
+        "responses",
+        "events of one background response kept in memory for resuming its stream; the"
+        " oldest go first, and a resume from before them is 400 events_not_kept (default"
+        " %(default)s)",
+        field="background_max_events",
+        value=POSITIVE,
+        metavar="N",
+        limit=Limit(
+            "events",
+            "of one background response kept for `?stream=true&starting_after=N`; older ones"
+            " are dropped, and a resume from before them is refused with 400 `events_not_kept`",
+        ),
+    ),
+    Flag(
+        "--runner-id",
+        "responses",
+        "this server's stable name, stored with the background responses it runs: on"
+        " restart it fails those it left queued or in_progress, and only those (replicas"
+        " sharing a store each need their own). Default: the host name (with --api-servers,"
+        " plus /front-end-N)",
+        field="runner_id",
+        value=runner_id,
+        metavar="NAME",
     ),
 )

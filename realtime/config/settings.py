@@ -100,6 +100,18 @@ class ServerConfig:
     #: WebSocket mode: bytes of one socket's `store: false` responses (kept for its
     #: continuations); beyond it the oldest go. 0 = no limit.
     responses_ws_memory_bytes: int = 64 * 1024 * 1024
+    #: Background responses (`background: true`) queued or running at once on this
+    #: server, and per API key (an open server's callers are one key); one more is 429.
+    max_background: int = 64
+    max_background_per_key: int = 16
+    #: Events of one background response kept (in memory) for resuming its stream;
+    #: the oldest go first.
+    background_max_events: int = 10_000
+    #: This server's stable name, stored with the background responses it runs, so that
+    #: when it starts again it fails those it left unfinished (and only those: replicas
+    #: sharing a store each need their own). None: the host name (with `--api-servers`,
+    #: plus the front end's number).
+    runner_id: str | None = None
 
     # /v1/messages
     #: Keep Claude Code's first system text (`x-anthropic-billing-header: ...`, which

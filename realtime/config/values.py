@@ -83,6 +83,19 @@ def api_key(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+#: The longest `--runner-id`.
+MAX_RUNNER_ID_CHARS = 128
+
+
+def runner_id(text: str) -> str:
+    """A runner id: 1 to 128 printable ASCII characters, no spaces."""
+    if not 0 < len(text) <= MAX_RUNNER_ID_CHARS or not all(33 <= ord(c) < 127 for c in text):
+        raise argparse.ArgumentTypeError(
+            f"expected 1 to {MAX_RUNNER_ID_CHARS} printable ASCII characters without spaces"
+        )
+    return text
+
+
 def gpu_split(text: str) -> list[float]:
     """GB of memory per GPU, comma-separated: `20,24`."""
     try:

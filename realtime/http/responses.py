@@ -2,10 +2,11 @@
 
     POST   /v1/responses                       create (`stream: true`: SSE events)
     POST   /v1/responses/compact               a context compacted into a compaction item
-    GET    /v1/responses/{id}                  the stored Response
+    GET    /v1/responses/{id}                  the stored Response (`?stream=true`: a
+                                               background response's events, `background.py`)
     GET    /v1/responses/{id}/input_items      its input items, a page at a time
     DELETE /v1/responses/{id}                  forget it
-    POST   /v1/responses/{id}/cancel           400: only background responses cancel
+    POST   /v1/responses/{id}/cancel           cancel a background response (others: 400)
 
 The logic is `realtime.dialects.responses` (one run, shared with WebSocket mode); this module
 adds HTTP: the body, query parameters, the caller's key (whose fingerprint owns
@@ -22,7 +23,6 @@ from __future__ import annotations
 import functools
 from typing import Any, get_args
 
-import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
@@ -30,18 +30,14 @@ from realtime.asgi.auth import bearer_token
 from realtime.asgi.responses import ORJSONResponse
 from realtime.dialects.responses.request import Includable, ResponsesRequest
 from realtime.dialects.responses.service import MAX_LIST_LIMIT, PreparedResponse, ResponsesService
+from realtime.http.background import create_background, resume, runs_of, stream_query
 from realtime.http.cache_scope import CacheScope, field_scope
 from realtime.http.serving import Outcome, begin, read_json_body, respond, scope_of
-from realtime.http.sse import SseFraming
+from realtime.http.sse import SseFraming, encode_named_event
 from realtime.pipeline.offload import off_loop
 from realtime.protocol.errors import InvalidRequestError, RealtimeError, UnknownFieldError
 
 _INCLUDABLE = frozenset(get_args(Includable))
-
-
-def encode_named_event(event: dict[str, Any]) -> bytes:
-    kind: str = event["type"]
-    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
 def _framing(prepared: PreparedResponse) -> SseFraming:
@@ -86,6 +82,10 @@ async def create_response(request: Request) -> Response:
         # Validating every input item of a large body takes as long as its size: off the loop.
         parsed = await off_loop(functools.partial(service.parse, body), len(await request.body()))
         scope = _cache_scope(request, parsed, outcome)
+        if parsed.background:
+            return await create_background(
+                request, parsed, outcome, scope, _owner(request, service)
+            )
         streaming = bool(parsed.stream)
         prepared = await service.prepare(
             parsed,
@@ -141,14 +141,11 @@ async def get_response(request: Request) -> Response:
     service = _service(request)
     query = _query(request, {"include", "include_obfuscation", "starting_after", "stream"})
     _includes(request)
-    if query.get("stream") not in (None, "false"):
-        raise InvalidRequestError(
-            "stream: replaying a response's events needs a background response, which this"
-            " server does not have; retrieve it without stream",
-            param="stream",
-            code="unsupported",
-        )
-    response = await service.retrieve(request.path_params["response_id"], _owner(request, service))
+    stream, after = stream_query(query)
+    owner = _owner(request, service)
+    response = await service.retrieve(request.path_params["response_id"], owner)
+    if stream:
+        return await resume(request, response, owner, after)
     return ORJSONResponse(response)
 
 
@@ -184,8 +181,9 @@ async def delete_response(request: Request) -> Response:
 async def cancel_response(request: Request) -> Response:
     service = _service(request)
     _query(request, set())
-    cancelled = await service.cancel(request.path_params["response_id"], _owner(request, service))
-    return ORJSONResponse(cancelled)  # pragma: no cover - cancel always raises
+    runs = runs_of(request)
+    cancelled = await runs.cancel(request.path_params["response_id"], _owner(request, service))
+    return ORJSONResponse(cancelled)
 
 
 def _query(request: Request, known: set[str]) -> dict[str, str]:

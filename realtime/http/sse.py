@@ -50,6 +50,12 @@ def encode_event(data: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(data) + b"\n\n"
 
 
+def encode_named_event(event: dict[str, Any]) -> bytes:
+    """An event named by its type (`event: <type>` + `data: <json>`): the Responses API's."""
+    kind: str = event["type"]
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
 def encode_error(error: RealtimeError) -> bytes:
     return encode_event(error.to_body())
 

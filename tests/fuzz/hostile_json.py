@@ -268,6 +268,10 @@ def odd_responses(draw: st.DrawFn) -> str:
         }
     if draw(st.booleans()):
         body["max_output_tokens"] = draw(huge_limits)
+    if draw(st.booleans()):  # background responses: with or without store and stream
+        body["background"] = draw(st.sampled_from([True, False, None]) | json_values)
+        body["store"] = draw(st.sampled_from([True, False, None]))
+        body["stream"] = draw(st.sampled_from([True, False]))
     return json.dumps(body)
 
 

@@ -312,12 +312,15 @@ def test_fuzzed_stored_response_routes_never_get_a_5xx(
     fuzz_server: RunningServer, error_log: ErrorLog
 ) -> None:
     """GET, DELETE and cancel of stored responses and their input items: odd ids (real,
-    unknown, huge, percent-encoded), odd query strings, every method."""
+    unknown, huge, percent-encoded), odd query strings, every method; a background
+    response's resume (`stream`, `starting_after`) and cancel among them."""
     client = httpx.Client(base_url=fuzz_server.http_url, timeout=30)
     real = [
         client.post("/v1/responses", json={"model": "echo", "input": f"kept {i}"}).json()["id"]
         for i in range(3)
     ]
+    background = {"model": "echo", "input": "in the background", "background": True}
+    real.append(client.post("/v1/responses", json=background).json()["id"])
     stats: dict[str, int] = {}
     ids = st.one_of(
         st.sampled_from(real),
@@ -327,7 +330,15 @@ def test_fuzzed_stored_response_routes_never_get_a_5xx(
     routes = st.sampled_from(
         [("GET", ""), ("GET", "/input_items"), ("DELETE", ""), ("POST", "/cancel")]
     )
-    queries = st.lists(st.tuples(st.sampled_from(_QUERY_NAMES), _QUERY_VALUES), max_size=4)
+    resumes = st.lists(
+        st.sampled_from([("stream", "true")])
+        | st.tuples(st.just("starting_after"), st.sampled_from(["0", "3", "-1", "99", "x", ""])),
+        min_size=1,
+        max_size=2,
+    )
+    queries = (
+        st.lists(st.tuples(st.sampled_from(_QUERY_NAMES), _QUERY_VALUES), max_size=4) | resumes
+    )
 
     @settings(
         max_examples=EXAMPLES,
@@ -344,6 +355,15 @@ def test_fuzzed_stored_response_routes_never_get_a_5xx(
         answer = client.request(method, url, params=query)
         assert answer.status_code < 500, (answer.status_code, answer.text[:300])
         stats[str(answer.status_code)] = stats.get(str(answer.status_code), 0) + 1
+        if answer.headers["content-type"].startswith("text/event-stream"):  # a resume
+            stats["resumed"] = stats.get("resumed", 0) + 1
+            events = [
+                json.loads(line.removeprefix("data: "))
+                for line in answer.text.splitlines()
+                if line.startswith("data: ")
+            ]
+            assert events and events[-1]["type"] == "response.completed", events[-1:]
+            return
         body = answer.json()
         if answer.status_code >= 400:
             assert set(body["error"]) == ERROR_KEYS, body
@@ -356,6 +376,7 @@ def test_fuzzed_stored_response_routes_never_get_a_5xx(
     finally:
         client.close()
     assert stats.get("404", 0) > 10 and stats.get("400", 0) > 10 and "200" in stats, stats
+    assert stats.get("resumed", 0) > 0, stats  # a background response was streamed again
     assert not error_log.records, [r.getMessage() for r in error_log.records]
 
 

@@ -363,7 +363,7 @@ BAD_BODIES: list[tuple[dict[str, Any], str]] = [
     ({"model": "echo", "input": "x", "include": ["nothing"]}, "include.0"),
     ({"model": "echo", "input": "x", "max_output_tokens": "5"}, "max_output_tokens"),
     ({"model": "echo", "input": "x", "metadata": {"a": 1}}, "metadata.a"),
-    ({"model": "echo", "input": "x", "background": True}, "background"),
+    ({"model": "echo", "input": "x", "background": True, "store": False}, "background"),
     ({"model": "other", "input": "x"}, "model"),
     ({"model": "echo", "input": "x", "stream": True, "top_p": 7}, "top_p"),
 ]
@@ -389,7 +389,8 @@ def test_bad_bodies_get_a_400_naming_the_field_and_the_connection_carries_on(
     ("method", "path", "param"),
     [
         ("GET", "/v1/responses/resp_x?colour=red", "colour"),
-        ("GET", "/v1/responses/resp_x?stream=true", "stream"),
+        ("GET", "/v1/responses/resp_x?stream=yes", "stream"),
+        ("GET", "/v1/responses/resp_x?stream=true&starting_after=-3", "starting_after"),
         ("GET", "/v1/responses/resp_x?include[]=bogus", "include"),
         ("GET", "/v1/responses/resp_x/input_items?limit=0", "limit"),
         ("GET", "/v1/responses/resp_x/input_items?limit=many", "limit"),

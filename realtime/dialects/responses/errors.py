@@ -40,15 +40,15 @@ class PreviousResponseNotFoundError(InvalidRequestError):
 
 
 class NotCancellableError(InvalidRequestError):
-    """Cancel of a response that was not created with `background: true` (all of ours)."""
+    """Cancel of a response that was not created with `background: true`."""
 
     default_code = "response_not_cancellable"
 
     def __init__(self, response_id: str):
         super().__init__(
             f"Response '{response_id}' cannot be cancelled: only responses created with"
-            " background=true can be cancelled, and this server runs every response in the"
-            " foreground. Close the stream (or the connection) to stop a response.",
+            " background=true can be cancelled. Close the stream (or the connection) to stop"
+            " a response that is not.",
             param="response_id",
         )
 
@@ -63,4 +63,67 @@ class StoreUnavailableError(RealtimeError):
     status = 503
     error_type = "service_unavailable"
     default_code = "store_unavailable"
+    retryable = True
+
+
+class TooManyBackgroundResponsesError(RealtimeError):
+    """`--max-background` (or `--max-background-per-key`) background responses are queued
+    or running; this one is refused before any work, and a retry later may succeed."""
+
+    status = 429
+    error_type = "rate_limit_error"
+    default_code = "too_many_background_responses"
+    retryable = True
+
+    def __init__(self, message: str):
+        super().__init__(message, param="background")
+
+
+class StartingAfterError(InvalidRequestError):
+    """A resume `starting_after` a number the stream cannot start from."""
+
+    default_code = "invalid_value"
+
+    def __init__(self, message: str):
+        super().__init__(message, param="starting_after")
+
+
+class EventsNotKeptError(InvalidRequestError):
+    """The events a resume asks for are not kept (any more, or on this server): the
+    response itself is still retrieved without `stream`."""
+
+    default_code = "events_not_kept"
+
+
+class BackgroundElsewhereError(InvalidRequestError):
+    """Cancel of a background response another server runs (a replica sharing the store)."""
+
+    status = 409
+    default_code = "response_running_elsewhere"
+
+    def __init__(self, response_id: str):
+        super().__init__(
+            f"Response '{response_id}' runs on another server sharing this store; only that"
+            " server can cancel it (send the cancel there, or wait for it to end)",
+            param="response_id",
+        )
+
+
+class ServerRestartedError(RealtimeError):
+    """What a background response left unfinished by a server that stopped is failed with,
+    when that server starts again."""
+
+    status = 500
+    error_type = "server_error"
+    default_code = "server_restarted"
+    retryable = True
+
+
+class BackgroundShutdownError(RealtimeError):
+    """What a background response still running when the server's shutdown grace ran out
+    is failed with."""
+
+    status = 503
+    error_type = "service_unavailable"
+    default_code = "shutting_down"
     retryable = True

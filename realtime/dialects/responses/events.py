@@ -182,6 +182,9 @@ class ResponseEvents:
         self._items = OutputItems(_new_id, reasoning=True, logprobs=logprobs)
         #: The error a failed response ended with.
         self.error: RealtimeError | None = None
+        #: A background response's `response.created` was sent at status `queued`
+        #: (`queue`), so `start` sends only `response.in_progress`.
+        self._queued = False
 
     # --- the answer so far (steering reads it) ---
 
@@ -212,8 +215,21 @@ class ResponseEvents:
     def _snapshot(self) -> dict[str, Any]:
         return {**self.response, "output": list(self.response["output"])}
 
+    def queue(self) -> list[dict[str, Any]]:
+        """A background response's first events, as OpenAI's: `response.created` and
+        `response.queued`, at status `queued`."""
+        self._queued = True
+        self.response["status"] = "queued"
+        return [
+            self._event("response.created", response=self._snapshot()),
+            self._event("response.queued", response=self._snapshot()),
+        ]
+
     def start(self) -> list[dict[str, Any]]:
-        """`response.created` and `response.in_progress`."""
+        """`response.created` and `response.in_progress` (after `queue`: only the latter)."""
+        if self._queued:
+            self.response["status"] = "in_progress"
+            return [self._event("response.in_progress", response=self._snapshot())]
         return [
             self._event("response.created", response=self._snapshot()),
             self._event("response.in_progress", response=self._snapshot()),
@@ -264,6 +280,15 @@ class ResponseEvents:
         response["error"] = error.to_body()["error"]
         response["usage"] = self._final_usage(usage)
         out.append(self._event("response.failed", response=response))
+        return out
+
+    def cancel(self, usage: Usage | None = None) -> list[dict[str, Any]]:
+        """A background response cancelled: the open item closed as incomplete, status
+        `cancelled`. No terminal event: the SDK's stream events have none for it."""
+        out = self._close("incomplete")
+        response = self.response
+        response["status"] = "cancelled"
+        response["usage"] = self._final_usage(usage)
         return out
 
     def not_stored(

@@ -30,7 +30,7 @@ in one of three groups:
 * `context_management: [{"type": "compaction", "compact_threshold": N}]`: the
   context is compacted (`compaction.py`) when its prompt passes N tokens;
 * refused with a 400 saying so (`unsupported`), because serving them needs state
-  this server does not keep: `background: true`, `truncation: "auto"`,
+  this server does not keep: `background: true` in WebSocket mode, `truncation: "auto"`,
   `conversation` (a stored conversation), `prompt` (a stored prompt template),
   `prompt_cache_options.prewarm`, tool choices of hosted tools.
 
@@ -325,10 +325,16 @@ def _refuse_unsupported(request: ResponsesRequest) -> None:
         raise InvalidRequestError(
             "stream_options is only allowed when stream is true", param="stream_options"
         )
-    if request.background:
+    if request.background and request.always_streams:
         raise UnsupportedFeatureError(
-            "background responses are not supported: every response runs while its"
-            " request (or socket) is open",
+            "background responses are not supported in WebSocket mode: a response runs"
+            " while its socket is open; create it with background over HTTP",
+            param="background",
+        )
+    if request.background and not request.stores:
+        raise InvalidRequestError(
+            "background: true needs store: true (a background response is polled and"
+            " resumed from the store)",
             param="background",
         )
     if request.truncation == "auto":

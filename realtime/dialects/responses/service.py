@@ -606,7 +606,8 @@ class ResponsesService:
     async def cancel(
         self, response_id: str, owner: str | None, local: ResponseStore | None = None
     ) -> dict[str, Any]:
-        """Only background responses can be cancelled (OpenAI); this server has none."""
+        """A response that is not a background one cannot be cancelled (OpenAI's 400);
+        background ones are cancelled by `BackgroundRuns.cancel`."""
         await self._find(response_id, owner, local)
         raise NotCancellableError(response_id)
 

@@ -242,7 +242,7 @@ def test_every_supported_item_type_is_normalized() -> None:
             InvalidRequestError,
             "stream_options",
         ),
-        ({"input": "x", "background": True}, UnsupportedFeatureError, "background"),
+        ({"input": "x", "background": True, "store": False}, InvalidRequestError, "background"),
         ({"input": "x", "truncation": "auto"}, UnsupportedFeatureError, "truncation"),
         ({"input": "x", "conversation": "conv_1"}, UnsupportedFeatureError, "conversation"),
         ({"input": "x", "prompt": {"id": "p"}}, UnsupportedFeatureError, "prompt"),
