@@ -174,7 +174,9 @@ async def list_input_items(request: Request) -> Response:
 async def delete_response(request: Request) -> Response:
     service = _service(request)
     _query(request, set())
-    deleted = await service.delete(request.path_params["response_id"], _owner(request, service))
+    response_id, owner = request.path_params["response_id"], _owner(request, service)
+    await runs_of(request).forget(response_id, owner)  # a background run stops first
+    deleted = await service.delete(response_id, owner)
     return ORJSONResponse(deleted)
 
 

@@ -9,6 +9,7 @@ to stop; a client that hangs up mid-stream while the response goes on; the limit
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 
 from realtime.config import ServerConfig
 from realtime.engine.echo import EchoTokenizer
+from realtime.store.sqlite import SQLiteResponseStore
 from tests.conftest import RunningServer, wait_until
 from tests.dialects.responses.sdk_types import check_event, check_response
 
@@ -297,3 +299,73 @@ def _last(response_id: str, http: httpx.Client) -> int:
     answer = http.get(f"/v1/responses/{response_id}?stream=true&starting_after=99999")
     message: str = answer.json()["error"]["message"]
     return int(message.rsplit("(", 1)[1].rstrip(")"))
+
+
+def test_deleting_a_running_one_stops_it_and_it_stays_deleted(server_factory: Any) -> None:
+    server = slow(server_factory, delay=0.05)
+    stats = server.engine.stats
+    with sdk(server) as client:
+        created = client.responses.create(model="echo", input=LONG, background=True)
+        wait_until(lambda: stats.tokens_generated >= 2, timeout=30)
+        client.responses.delete(created.id)
+        assert stats.requests_cancelled == 1 and stats.active == 0
+        time.sleep(0.3)  # nothing stores it again
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(created.id)
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(created.id, stream=True)
+    assert server.app.state.background.running == 0
+
+
+# --- the server's end, replicas ---
+
+
+def test_a_draining_server_lets_a_background_response_finish_within_its_grace(
+    server_factory: Any, tmp_path: Any
+) -> None:
+    """SIGTERM's drain waits for background responses as for requests: one that ends
+    within the grace is stored completed, not failed."""
+    store = tmp_path / "store"
+    server = slow(
+        server_factory, delay=0.02, shutdown_grace_seconds=30.0, response_store_dir=str(store)
+    )
+    with sdk(server) as client:
+        created = client.responses.create(model="echo", input=LONG[:400], background=True)
+        wait_until(lambda: server.engine.stats.tokens_generated >= 1, timeout=30)
+    server.stop(timeout=60)
+    assert server.engine.stats.requests_finished == 1
+
+    async def read() -> Any:
+        kept = SQLiteResponseStore(store)
+        try:
+            return await kept.get(created.id, None)
+        finally:
+            await kept.close()
+
+    record = asyncio.run(read())
+    assert record is not None and record.response["status"] == "completed"
+    assert record.response["output"][0]["content"][0]["text"] == LONG[:400]
+
+
+def test_replicas_sharing_postgresql_each_run_and_cancel_their_own(
+    server_factory: Any, postgres_url: str
+) -> None:
+    """Two servers, one PostgreSQL store, runner ids a and b: b sees a's background
+    response (the record is shared) but neither fails it at its start, nor serves its
+    events (400 events_not_kept), nor cancels it (409); a does."""
+    a = slow(server_factory, response_store_dir=postgres_url, runner_id="replica-a")
+    with sdk(a) as on_a:
+        created = on_a.responses.create(model="echo", input=LONG, background=True)
+        wait_until(lambda: a.engine.stats.tokens_generated >= 2, timeout=30)
+        b = slow(server_factory, response_store_dir=postgres_url, runner_id="replica-b")
+        with sdk(b) as on_b:
+            assert on_b.responses.retrieve(created.id).status == "in_progress"
+            with pytest.raises(openai.BadRequestError) as events:
+                on_b.responses.retrieve(created.id, stream=True)
+            assert events.value.body["code"] == "events_not_kept"  # type: ignore[index]
+            with pytest.raises(openai.ConflictError) as elsewhere:
+                on_b.responses.cancel(created.id)
+            assert elsewhere.value.body["code"] == "response_running_elsewhere"  # type: ignore[index]
+            assert on_a.responses.cancel(created.id).status == "cancelled"
+            assert on_b.responses.retrieve(created.id).status == "cancelled"
+    assert a.engine.stats.requests_cancelled == 1

@@ -13,6 +13,8 @@ Where runs end other than by themselves:
 
 * `cancel`: the task is cancelled (closing the pipeline's iterator stops the
   engine), the open item closed, the response stored `cancelled`;
+* `forget` (before a delete): the same, storing nothing, so the deleted record
+  does not come back;
 * `stop` (the server's shutdown grace ran out, or the app closes): each run still
   going is failed with `shutting_down`, stored, and its stream ends;
 * `recover` (at startup): the records this runner left `queued` or `in_progress`
@@ -65,7 +67,7 @@ log = logging.getLogger("realtime.responses")
 #: Seconds an ended background response's events stay here for resuming.
 DEFAULT_KEEP_SECONDS = 600.0
 
-Stop = Literal["cancelled", "shutdown"]
+Stop = Literal["cancelled", "shutdown", "deleted"]
 
 
 def default_runner_id() -> str:
@@ -199,7 +201,8 @@ class BackgroundRuns:
             self.admission.release(run.owner)
             run.ended_at = self._clock()
             run.end()
-            self._runs.move_to_end(run.id)
+            if run.id in self._runs:
+                self._runs.move_to_end(run.id)
             log_event(
                 log,
                 "responses.background",
@@ -214,6 +217,8 @@ class BackgroundRuns:
         events = run.prepared.events
         if not is_unfinished(events.response):
             return  # it had ended (and was stored) before the cancel arrived
+        if run.stop == "deleted":
+            return  # the record is being deleted: nothing may store it again
         if run.stop == "cancelled":
             run.add(events.cancel(run.prepared.tokens()))
             await self._keep_final(run)
@@ -312,6 +317,20 @@ class BackgroundRuns:
             run.task.cancel()
         await asyncio.gather(run.task, return_exceptions=True)
         return await self.service.retrieve(response_id, owner)
+
+    async def forget(self, response_id: str, owner: str | None) -> None:
+        """Before a delete: a run of `response_id` still going here is stopped without
+        storing anything more (else its next status would store the record again), and
+        its events are dropped."""
+        run = self.find(response_id, owner)
+        if run is None:
+            return
+        if run.task is not None and not run.task.done():
+            if run.stop is None:
+                run.stop = "deleted"
+                run.task.cancel()
+            await asyncio.gather(run.task, return_exceptions=True)
+        self._runs.pop(response_id, None)
 
     # --- the server's start and end ---
 
