@@ -1023,9 +1023,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--background-max-events",
         "responses",
-        "events of one background response kept in memory for resuming its stream; the"
-        " oldest go first, and a resume from before them is 400 events_not_kept (default"
-        " %(default)s)",
+        "events of one background response kept in memory (about 0.45 kB each) for resuming"
+        " its stream; the oldest go first, and a resume from before them is 400"
+        " events_not_kept (default %(default)s)",
         field="background_max_events",
         value=POSITIVE,
         metavar="N",

@@ -104,9 +104,9 @@ class ServerConfig:
     #: server, and per API key (an open server's callers are one key); one more is 429.
     max_background: int = 64
     max_background_per_key: int = 16
-    #: Events of one background response kept (in memory) for resuming its stream;
-    #: the oldest go first.
-    background_max_events: int = 10_000
+    #: Events of one background response kept (in memory, about 0.45 kB each) for
+    #: resuming its stream; the oldest go first.
+    background_max_events: int = 4096
     #: This server's stable name, stored with the background responses it runs, so that
     #: when it starts again it fails those it left unfinished (and only those: replicas
     #: sharing a store each need their own). None: the host name (with `--api-servers`,

@@ -158,6 +158,9 @@ def test_cancel_stops_the_engine_and_stores_it_cancelled(server_factory: Any) ->
         created = client.responses.create(model="echo", input=LONG, background=True)
         wait_until(lambda: stats.tokens_generated >= 3, timeout=30)
         assert client.responses.retrieve(created.id).status == "in_progress"
+        with pytest.raises(openai.BadRequestError) as unfinished:  # no answer yet to continue
+            client.responses.create(model="echo", input="next", previous_response_id=created.id)
+        assert unfinished.value.body["code"] == "previous_response_not_finished"  # type: ignore[index]
         cancelled = client.responses.cancel(created.id)
         assert cancelled.status == "cancelled" and cancelled.id == created.id
         check_response(cancelled.model_dump(mode="json"))

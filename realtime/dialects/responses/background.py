@@ -36,8 +36,10 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 }
 #: The statuses of a background response that has not ended.
 UNFINISHED = frozenset(TRANSITIONS)
-#: Events of one background response kept for resuming its stream, by default.
-DEFAULT_MAX_EVENTS = 10_000
+#: Events of one background response kept for resuming its stream, by default: about
+#: 0.45 kB each in memory (a text delta), so at most about 1.8 MB a response, and about
+#: 230 MB for the default limits' 64 running and 64 ended ones all that long.
+DEFAULT_MAX_EVENTS = 4096
 #: Background responses queued or running at once, by default: on the server, per key.
 DEFAULT_MAX_TOTAL = 64
 DEFAULT_MAX_PER_KEY = 16

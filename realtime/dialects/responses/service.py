@@ -558,6 +558,13 @@ class ResponsesService:
                     break
             else:
                 raise PreviousResponseNotFoundError(previous_id, walk.next_id)
+        if walk.records[0].response.get("status") in ("queued", "in_progress"):
+            raise InvalidRequestError(  # a background response has no answer to continue yet
+                f"Previous response with id '{previous_id}' has not finished (status"
+                f" {walk.records[0].response['status']}); continue it once it has",
+                param="previous_response_id",
+                code="previous_response_not_finished",
+            )
         return walk.records
 
     # --- stored responses ---
