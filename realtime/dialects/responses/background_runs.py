@@ -91,6 +91,8 @@ class BackgroundRun:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     #: When it ended (the clock of `BackgroundRuns`); None while it runs.
     ended_at: float | None = None
+    #: Its task has taken its first step (before that, `halt` only marks `stop`).
+    started: bool = False
 
     @property
     def id(self) -> str:
@@ -109,6 +111,18 @@ class BackgroundRun:
     def end(self) -> None:
         self.log.close()
         self._wake()
+
+    async def halt(self, why: Stop) -> None:
+        """End the run from outside for `why` (the first reason given wins) and wait for
+        its task to have stored what it stores."""
+        task = self.task
+        if task is None or task.done():
+            return
+        if self.stop is None:
+            self.stop = why
+            if self.started:
+                task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
     def _wake(self) -> None:
         changed, self.changed = self.changed, asyncio.Event()
@@ -184,7 +198,13 @@ class BackgroundRuns:
 
     async def _run(self, run: BackgroundRun) -> None:
         prepared = run.prepared
+        # A task cancelled before its first step never enters its coroutine (no `finally`
+        # would run): so nothing cancels a run that has not started; it ends here.
+        run.started = True
         try:
+            if run.stop is not None:
+                await self._ended_early(run)
+                return
             async with aclosing(self.service.events(prepared)) as events:
                 async for event in events:
                     if event["type"] == "response.in_progress":
@@ -312,10 +332,10 @@ class BackgroundRuns:
         run = self.find(response_id, owner)
         if run is None or run.task is None:
             raise BackgroundElsewhereError(response_id)
-        if run.stop is None and is_unfinished(run.prepared.events.response):
-            run.stop = "cancelled"
-            run.task.cancel()
-        await asyncio.gather(run.task, return_exceptions=True)
+        if is_unfinished(run.prepared.events.response):
+            await run.halt("cancelled")
+        else:  # it is storing its end: wait for it
+            await asyncio.gather(run.task, return_exceptions=True)
         return await self.service.retrieve(response_id, owner)
 
     async def forget(self, response_id: str, owner: str | None) -> None:
@@ -325,11 +345,7 @@ class BackgroundRuns:
         run = self.find(response_id, owner)
         if run is None:
             return
-        if run.task is not None and not run.task.done():
-            if run.stop is None:
-                run.stop = "deleted"
-                run.task.cancel()
-            await asyncio.gather(run.task, return_exceptions=True)
+        await run.halt("deleted")
         self._runs.pop(response_id, None)
 
     # --- the server's start and end ---
@@ -367,15 +383,7 @@ class BackgroundRuns:
         """End every run still going as failed (`shutting_down`), each stored; new ones
         are refused from now on."""
         self._stopped = True
-        tasks = []
-        for run in list(self._runs.values()):
-            if run.task is not None and not run.task.done():
-                if run.stop is None:
-                    run.stop = "shutdown"
-                    run.task.cancel()
-                tasks.append(run.task)
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(run.halt("shutdown") for run in list(self._runs.values())))
 
     def _forget_ended(self) -> None:
         """Drop the logs of runs that ended more than `keep_seconds` ago, and the oldest

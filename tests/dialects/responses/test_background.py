@@ -168,3 +168,28 @@ def test_ended_logs_are_forgotten_after_their_time() -> None:
             runs.resume(stored, None, None)
 
     asyncio.run(go())
+
+
+def test_a_run_cancelled_or_stopped_before_its_task_starts_still_ends_stored() -> None:
+    """A task cancelled before its first step would never run its coroutine (nor its
+    `finally`): a run halted that early ends in its own task, stored, its slot freed."""
+
+    async def go() -> None:
+        runs, engine = make_runs()
+        await engine.start()
+        service = runs.service
+        request = service.parse({"model": "echo", "input": "never started"})
+        first = await runs.create(request, owner=None)
+        assert not first.started
+        cancelled = await runs.cancel(first.id, None)
+        assert cancelled["status"] == "cancelled" and cancelled["output"] == []
+        second = await runs.create(request, owner=None)
+        assert not second.started
+        await runs.stop()
+        stored = await service.retrieve(second.id, None)
+        assert stored["status"] == "failed" and stored["error"]["code"] == "shutting_down"
+        assert engine.stats.requests_started == 0 and runs.running == 0
+        assert await service.store.unfinished("me") == []
+        assert first.log.done and second.log.done
+
+    asyncio.run(go())
