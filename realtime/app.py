@@ -64,6 +64,7 @@ from realtime.observability.metrics import Metrics
 from realtime.observability.vllm_metrics import VllmMetrics
 from realtime.pipeline import ChatPipeline
 from realtime.pipeline.completions import CompletionPipeline
+from realtime.pipeline.offload import loop_first_switching
 from realtime.protocol.errors import RealtimeError
 from realtime.session.dialect import DialectSelector
 from realtime.store import MemoryResponseStore, ResponseStore
@@ -319,7 +320,8 @@ def build_app(
         except StoreError as exc:
             log.warning("could not fail the background responses left unfinished: %s", exc)
         try:
-            yield
+            with loop_first_switching():  # input-sized work in threads yields to the loop
+                yield
         finally:
             await background.stop()  # none left running: each ends failed, and is stored
             await pipeline.aclose()  # no warm-up may outlive the engine
