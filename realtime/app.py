@@ -353,6 +353,7 @@ def build_app(
     metrics.track(metrics.ws_open, lambda: len(hub))
     metrics.track(metrics.queue_depth, lambda: sum(s.queue_depth for s in hub))
     metrics.track(metrics.in_flight.labels("ws"), lambda: sum(s.accepted for s in hub))
+    metrics.track(metrics.background, lambda: background.running)
     app.state.http = http_settings(config)
     app.state.socket_settings = socket_settings(config)
     app.state.pipeline = pipeline

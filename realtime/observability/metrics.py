@@ -82,6 +82,11 @@ class Metrics:
             "Requests waiting in socket request queues (all sockets)",
             registry=r,
         )
+        self.background = Gauge(
+            "realtime_background_responses",
+            "Background responses (background: true) queued or running",
+            registry=r,
+        )
         self.in_flight = Gauge(
             "realtime_requests_in_flight",
             "Requests read and not yet answered, by transport",

@@ -20,7 +20,7 @@ import pytest
 from realtime.config import ServerConfig
 from realtime.engine.echo import EchoTokenizer
 from realtime.store.sqlite import SQLiteResponseStore
-from tests.conftest import RunningServer, wait_until
+from tests.conftest import RunningServer, scrape_metrics, wait_until
 from tests.dialects.responses.sdk_types import check_event, check_response
 
 TOKENIZER = EchoTokenizer()
@@ -224,6 +224,8 @@ def test_the_limits_refuse_one_more_with_a_429(server_factory: Any) -> None:
         assert "this API key" in body["message"]  # type: ignore[index]
         assert set(per_key.value.response.json()["error"]) == ERROR_KEYS
         two.responses.create(model="echo", input=LONG, background=True)
+        running = scrape_metrics(server.http_url, {"authorization": "Bearer key-1"})
+        assert running["realtime_background_responses"] == 2
         with pytest.raises(openai.RateLimitError) as total:
             three.responses.create(model="echo", input=LONG, background=True)
         assert "this server" in total.value.body["message"]  # type: ignore[index]
