@@ -93,6 +93,8 @@ class BackgroundRun:
     ended_at: float | None = None
     #: Its task has taken its first step (before that, `halt` only marks `stop`).
     started: bool = False
+    #: Its latest store write (`_store` waits for it before the next).
+    writing: asyncio.Future[None] | None = None
 
     @property
     def id(self) -> str:
@@ -275,8 +277,14 @@ class BackgroundRuns:
             runner=None if final else self.runner,
         )
         assert prepared.store is not None  # background needs store: true
+        # One write at a time, in order: a cancel that interrupts the wait for a write
+        # leaves that write running, and the next status must land after it.
+        if run.writing is not None:
+            await asyncio.gather(run.writing, return_exceptions=True)
+        run.writing = asyncio.ensure_future(prepared.store.put(record))
+        run.writing.add_done_callback(_retrieved)
         try:
-            await prepared.store.put(record)
+            await asyncio.shield(run.writing)
         except StoreError as exc:
             raise StoreUnavailableError(str(exc)) from None
 
@@ -396,6 +404,13 @@ class BackgroundRuns:
             if excess > 0 or now - run.ended_at > self.keep_seconds:
                 del self._runs[run.id]
                 excess -= 1
+
+
+def _retrieved(write: asyncio.Future[None]) -> None:
+    """A write's failure is reported by whoever awaited it; one nobody awaits any more
+    (its caller was cancelled) is not "never retrieved"."""
+    if not write.cancelled():
+        write.exception()
 
 
 def _snapshot(response: dict[str, Any]) -> dict[str, Any]:
