@@ -53,6 +53,14 @@ def start_running(server: ServerProcess) -> str:
     return created.id
 
 
+def clean(server: ServerProcess) -> bool:
+    """No ERROR line and no traceback in the server's log."""
+    text = server.stderr()
+    errors = [line for line in text.splitlines() if line.startswith(("ERROR", "CRITICAL"))]
+    assert not errors and "Traceback" not in text, errors or text[-2000:]
+    return True
+
+
 def status(server: ServerProcess, response_id: str) -> Any:
     with sdk(server) as client:
         return client.responses.retrieve(response_id)
@@ -86,6 +94,7 @@ def test_killed_while_it_runs_it_is_failed_by_its_own_runner_when_it_starts_agai
     finally:
         assert again.stop() == 0
     assert "background_recovered" in again.stderr()
+    assert clean(other) and clean(again)
 
 
 def test_stopped_past_its_grace_it_is_failed_and_stored_as_the_server_stops(
@@ -104,3 +113,4 @@ def test_stopped_past_its_grace_it_is_failed_and_stored_as_the_server_stops(
         assert "shut down" in found.error.message
     finally:
         assert again.stop() == 0
+    assert clean(server) and clean(again)
