@@ -33,7 +33,6 @@ from realtime.dialects.realtime_events.limits import EventLimits
 from realtime.dialects.realtime_events.selector import realtime_events
 from realtime.dialects.responses import ResponsesService
 from realtime.dialects.responses.background import BackgroundLimits
-from realtime.dialects.responses.background_runs import BackgroundRuns
 from realtime.dialects.responses.dialect import SocketLimits
 from realtime.dialects.responses.reasoning_seal import ReasoningSeal
 from realtime.dialects.responses.selector import responses_mode
@@ -43,6 +42,7 @@ from realtime.engine.process.proxy import EngineProxy
 from realtime.engine.process.spec import SINGLE_PROCESS_ONLY, EngineSpec, runs_in_process
 from realtime.engine.registry import EngineSource, build_engine, resolve_engine
 from realtime.engine.snapshot import ReportsSnapshot
+from realtime.http.background_runs import BackgroundRuns
 from realtime.http.chat_completions import chat_completions
 from realtime.http.completions import completions
 from realtime.http.errors import handle_http_exception, handle_realtime_error, openai_errors

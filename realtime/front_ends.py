@@ -121,7 +121,7 @@ def run_front_end(
     """One front end (the target of its process): serve until told to stop. It puts its
     index on `started` (a multiprocessing queue) once it listens."""
     from realtime.app import build_app, engine_from_config
-    from realtime.dialects.responses.background_runs import default_runner_id
+    from realtime.http.background_runs import default_runner_id
     from realtime.observability.logs import configure_logging
     from realtime.server import EXIT_ENGINE_DIED, RealtimeServer, tune_gc, uvicorn_config
 

@@ -40,7 +40,7 @@ from starlette.applications import Starlette
 
 from realtime.asgi.lifecycle import Lifecycle
 from realtime.config import ServerConfig
-from realtime.dialects.responses.background_runs import BackgroundRuns
+from realtime.http.background_runs import BackgroundRuns
 from realtime.http.protocol import LimitedHttpToolsProtocol
 from realtime.http.request_limits import HttpLimits
 from realtime.observability.logs import event, protect_uvicorn_logs

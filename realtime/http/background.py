@@ -1,5 +1,5 @@
 """Background responses over HTTP (`background: true`; the runs are
-`realtime.dialects.responses.background_runs`):
+`realtime.http.background_runs`):
 
     POST /v1/responses {"background": true}            the Response at `queued`, at once
     POST /v1/responses {"background": true, "stream": true}
@@ -23,9 +23,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from realtime.asgi.responses import ORJSONResponse
-from realtime.dialects.responses.background_runs import BackgroundRun, BackgroundRuns
 from realtime.dialects.responses.errors import StartingAfterError
 from realtime.dialects.responses.request import ResponsesRequest
+from realtime.http.background_runs import BackgroundRun, BackgroundRuns
 from realtime.http.cache_scope import CacheScope
 from realtime.http.serving import Outcome, begin, respond
 from realtime.http.sse import SseFraming, encode_named_event

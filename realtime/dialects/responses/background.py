@@ -2,7 +2,7 @@
 stream resumes from, and the limits on how many run.
 
 A background response is stored first at status `queued` (so a poll finds it), then
-runs detached from the request that created it (`background_runs.py`):
+runs detached from the request that created it (`realtime/http/background_runs.py`):
 
     queued -> in_progress -> completed | incomplete | failed
     queued | in_progress -> cancelled   (POST /v1/responses/{id}/cancel)

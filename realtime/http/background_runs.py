@@ -1,5 +1,7 @@
 """Background responses at run time: each one an asyncio task of its own, detached from
-the request that created it (`background.py` holds the states, the log and the limits).
+the request that created it. The pure part (the states, the log, the limits) is
+`realtime.dialects.responses.background`; this is the I/O around it, above the
+dialects (which import no event loop), beside the HTTP routes that serve it.
 
 `create` admits the response (the limits: 429 past them), prepares it as every
 response is prepared (its 400s come before anything is stored), stores it
