@@ -53,7 +53,7 @@ def new_response(
         "tools": request.function_tools.echo,
         "top_logprobs": request.top_logprobs,
         "top_p": request.top_p,
-        "truncation": "disabled",
+        "truncation": request.truncation or "disabled",
         "usage": None,
         "user": request.user,
     }

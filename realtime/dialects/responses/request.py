@@ -21,7 +21,6 @@ in one of three groups:
   `prompt_cache_retention`, `prompt_cache_options` (without `prewarm`),
   `service_tier`, the other `reasoning` fields (`summary`...), `text.verbosity`,
   `max_tool_calls` (it counts built-in tools, which this server has none of),
-  `truncation: "disabled"`,
   `background: false`, `background_options`, `image`, `access_programs`,
   `stream_options`, `moderation`, hosted tools in `tools` (never offered to the
   model), the other `include` values (they name output this server never
@@ -29,8 +28,10 @@ in one of three groups:
   client);
 * `context_management: [{"type": "compaction", "compact_threshold": N}]`: the
   context is compacted (`compaction.py`) when its prompt passes N tokens;
+* `truncation: "auto"`: a context too long for the model loses its oldest turns
+  (`truncation.py`); `"disabled"` (the default) refuses it;
 * refused with a 400 saying so (`unsupported`), because serving them needs state
-  this server does not keep: `background: true`, `truncation: "auto"`,
+  this server does not keep: `background: true`,
   `conversation` (a stored conversation), `prompt` (a stored prompt template),
   `prompt_cache_options.prewarm`, tool choices of hosted tools.
 
@@ -330,12 +331,6 @@ def _refuse_unsupported(request: ResponsesRequest) -> None:
             "background responses are not supported: every response runs while its"
             " request (or socket) is open",
             param="background",
-        )
-    if request.truncation == "auto":
-        raise UnsupportedFeatureError(
-            "truncation 'auto' is not supported: a conversation longer than the model's"
-            " context is refused (context_length_exceeded); use 'disabled'",
-            param="truncation",
         )
     options = request.prompt_cache_options
     if options is not None and options.prewarm:

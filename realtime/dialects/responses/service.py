@@ -60,11 +60,13 @@ from realtime.dialects.responses.steering import (
     failed_steer_event,
     steer_items,
 )
+from realtime.dialects.responses.truncation import fit_by_dropping_turns
 from realtime.model.generation import FinishReason
 from realtime.observability.logs import event as log_event
 from realtime.pipeline import ChatPipeline, PreparedChat
 from realtime.pipeline.events import Finish, Step, Usage
 from realtime.pipeline.offload import off_loop, prepare_chat
+from realtime.protocol.conversation import Item
 from realtime.protocol.errors import InvalidRequestError, PromptTooLongError, RealtimeError
 from realtime.protocol.generation_request import GenerationRequest, owned_by
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
@@ -280,10 +282,13 @@ class ResponsesService:
         compacted first (`_compact`)."""
         try:
             chat = await self._prepare_chat(prepared, stream)
-        except PromptTooLongError:
+        except PromptTooLongError as too_long:
             if prepared.history is None or prepared.compaction is not None:
-                raise
-            chat = None
+                if prepared.request.truncation != "auto":
+                    raise
+                chat = await self._truncate(prepared, stream, too_long)
+            else:
+                chat = None
         if prepared.history is not None and prepared.compaction is None:
             threshold = prepared.request.compact_threshold or int(
                 DEFAULT_THRESHOLD_SHARE * self.pipeline.engine.info.context_length
@@ -296,6 +301,31 @@ class ResponsesService:
         assert chat is not None
         prepared.chat = chat
         await self.pipeline.constrain(chat)
+        return chat
+
+    async def _truncate(
+        self, prepared: PreparedResponse, stream: bool, too_long: PromptTooLongError
+    ) -> PreparedChat:
+        """`truncation: "auto"`: the prompt from the longest tail of the conversation that
+        fits (`truncation.py`); the stored items keep the whole conversation."""
+        generation = prepared.generation
+
+        async def attempt(conversation: tuple[Item, ...]) -> PreparedChat:
+            prepared.generation = replace(generation, conversation=conversation)
+            return await self._prepare_chat(prepared, stream)
+
+        try:
+            chat, dropped = await fit_by_dropping_turns(generation.conversation, attempt, too_long)
+        except PromptTooLongError:
+            prepared.generation = generation
+            raise
+        log_event(
+            log,
+            "responses.truncated",
+            id=prepared.id,
+            dropped_items=dropped,
+            prompt_tokens=chat.usage.prompt_tokens,
+        )
         return chat
 
     async def _prepare_chat(self, prepared: PreparedResponse, stream: bool) -> PreparedChat:

@@ -243,7 +243,6 @@ def test_every_supported_item_type_is_normalized() -> None:
             "stream_options",
         ),
         ({"input": "x", "background": True}, UnsupportedFeatureError, "background"),
-        ({"input": "x", "truncation": "auto"}, UnsupportedFeatureError, "truncation"),
         ({"input": "x", "conversation": "conv_1"}, UnsupportedFeatureError, "conversation"),
         ({"input": "x", "prompt": {"id": "p"}}, UnsupportedFeatureError, "prompt"),
         (
