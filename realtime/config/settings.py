@@ -103,7 +103,7 @@ class ServerConfig:
     #: Conversations: items one `conversations.create` / `items.create` may add (OpenAI's 20).
     conversation_max_items_per_call: int = 20
     #: Conversations: items a conversation may hold and still be a response's context.
-    conversation_max_items: int = 10_000
+    conversation_max_items: int = 100_000
 
     # /v1/messages
     #: Keep Claude Code's first system text (`x-anthropic-billing-header: ...`, which

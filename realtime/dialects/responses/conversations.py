@@ -55,7 +55,7 @@ T = TypeVar("T")
 #: Items one `conversations.create` or `items.create` may add (OpenAI's 20).
 DEFAULT_MAX_ITEMS_PER_CALL = 20
 #: Items a conversation may hold and still be rebuilt as a response's context.
-DEFAULT_MAX_CONVERSATION_ITEMS = 10_000
+DEFAULT_MAX_CONVERSATION_ITEMS = 100_000
 #: `GET .../items`: `limit`'s default and maximum, as OpenAI's.
 DEFAULT_LIST_LIMIT = 20
 MAX_LIST_LIMIT = 100
@@ -71,16 +71,22 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class _CreateBody(_Strict):
+class ConversationCreateRequest(_Strict):
+    """`POST /v1/conversations`: its first items (input items, at most 20) and metadata."""
+
     items: list[Any] | None = None
     metadata: dict[str, str] | None = None
 
 
-class _UpdateBody(_Strict):
+class ConversationUpdateRequest(_Strict):
+    """`POST /v1/conversations/{id}`: the new metadata (null: none)."""
+
     metadata: dict[str, str] | None
 
 
-class _ItemsBody(_Strict):
+class ConversationItemsRequest(_Strict):
+    """`POST /v1/conversations/{id}/items`: the items to add (at most 20)."""
+
     items: list[Any]
 
 
@@ -94,7 +100,7 @@ class Conversations:
     # --- conversations ---
 
     async def create(self, data: Any, owner: str | None, size: int = 0) -> dict[str, Any]:
-        body = _parse(_CreateBody, data)
+        body = _parse(ConversationCreateRequest, data)
         check_metadata(body.metadata)
         items = await self._items(body.items, size)
         conversation = StoredConversation(
@@ -107,7 +113,7 @@ class Conversations:
         return (await self._find(conversation_id, owner)).as_object()
 
     async def update(self, conversation_id: str, data: Any, owner: str | None) -> dict[str, Any]:
-        body = _parse(_UpdateBody, data)
+        body = _parse(ConversationUpdateRequest, data)
         check_metadata(body.metadata)
         found = await _reading(
             self.store.update_conversation(conversation_id, owner, body.metadata or {})
@@ -127,7 +133,7 @@ class Conversations:
         self, conversation_id: str, data: Any, owner: str | None, size: int = 0
     ) -> dict[str, Any]:
         """The items added, as a list object (in the order given)."""
-        body = _parse(_ItemsBody, data)
+        body = _parse(ConversationItemsRequest, data)
         await self._find(conversation_id, owner)  # a 404 before the items are validated
         items = await self._items(body.items, size)
         found = await _writing(self.store.append_items(conversation_id, owner, items), items)

@@ -148,7 +148,7 @@ class ReasoningConfig(_Strict):
     mode: str | None = None
 
 
-class ConversationRef(_Strict):
+class ConversationParam(_Strict):
     """`conversation: {"id": ...}` (the SDK's `ResponseConversationParam`)."""
 
     id: str
@@ -240,7 +240,7 @@ class ResponsesRequest(_Strict):
     nvext: ResponsesNvExt | None = None
 
     #: the stored conversation the response belongs to: an id, or `{"id": ...}`
-    conversation: str | ConversationRef | None = None
+    conversation: str | ConversationParam | None = None
 
     # refused when set
     prompt: dict[str, Any] | None = None
@@ -274,7 +274,7 @@ class ResponsesRequest(_Strict):
     def conversation_id(self) -> str | None:
         """The id of the conversation the response belongs to (None: none)."""
         conversation = self.conversation
-        if isinstance(conversation, ConversationRef):
+        if isinstance(conversation, ConversationParam):
             return conversation.id
         return conversation
 
