@@ -20,7 +20,7 @@ import pytest
 from realtime.config import ServerConfig
 from realtime.engine.echo import EchoTokenizer
 from realtime.engine.scripted import ScriptedEngine
-from tests.conftest import RunningServer
+from tests.conftest import RunningServer, wait_until
 
 TOKENIZER = EchoTokenizer()
 #: The scripted model answers "Answer N." to the newest "turn N" of its prompt (which
@@ -277,6 +277,28 @@ def test_items_create_retrieve_and_delete_round_trip(server_factory: Any) -> Non
                 await client.conversations.items.list(conversation.id)
 
     asyncio.run(go())
+
+
+def test_what_ends_a_response_decides_what_joins_its_conversation(server_factory: Any) -> None:
+    """A response cut off by `max_output_tokens` joins (its output is an answer); one whose
+    client hung up mid-stream does not, and its engine stopped."""
+    server = server_factory(ServerConfig(log_level="warning", echo_delay=0.05))
+    text = " ".join(f"word{i}" for i in range(200))
+    with httpx.Client(base_url=server.http_url + "/v1", timeout=30) as client:
+        cid = client.post("/conversations", json={}).json()["id"]
+        body = {"model": "echo", "input": text, "conversation": cid}
+        cut = client.post("/responses", json={**body, "max_output_tokens": 2}).json()
+        assert cut["status"] == "incomplete"
+        items = client.get(f"/conversations/{cid}/items", params={"order": "asc"}).json()
+        assert [item["id"] for item in items["data"]][1:] == [cut["output"][0]["id"]]
+        with client.stream("POST", "/responses", json={**body, "stream": True}) as response:
+            for line in response.iter_lines():
+                if '"response.output_text.delta"' in line:
+                    break
+        stats = server.engine.stats
+        wait_until(lambda: stats.requests_cancelled == 1)
+        after = client.get(f"/conversations/{cid}/items").json()
+        assert len(after["data"]) == 2  # the abandoned response added nothing
 
 
 # --- bad input: a specific OpenAI error, never a 500 ---
