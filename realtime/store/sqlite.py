@@ -550,9 +550,9 @@ class SQLiteResponseStore:
                     header,
                 ),
             )
-            self.bytes += len(header)
-            self._add_items(conversation.id, items)
+            added = self._add_items(conversation.id, items)
             self._refresh(conversation)
+        self.bytes += len(header) + added  # counted once committed
 
     def _update_conversation(
         self, conversation_id: str, owner: str | None, metadata: dict[str, str]
@@ -570,9 +570,9 @@ class SQLiteResponseStore:
                 "UPDATE conversations SET metadata = ?, size = size + ? WHERE id = ?",
                 (header, len(header) - old, conversation_id),
             )
-            self.bytes += len(header) - old
             self._touch(conversation_id)
             self._refresh(found)
+        self.bytes += len(header) - old
         return found
 
     def _delete_conversation(self, conversation_id: str, owner: str | None) -> bool:
@@ -596,9 +596,10 @@ class SQLiteResponseStore:
             found = self._find_conversation(db, conversation_id, owner)
             if found is None:
                 return None
-            self._add_items(conversation_id, items)
+            added = self._add_items(conversation_id, items)
             self._touch(conversation_id)
             self._refresh(found)
+        self.bytes += added
         return found
 
     def _delete_item(self, conversation_id: str, owner: str | None, item_id: str) -> bool:
@@ -619,12 +620,12 @@ class SQLiteResponseStore:
                 "UPDATE conversations SET size = size - ?, items = items - 1 WHERE id = ?",
                 (row[0], conversation_id),
             )
-            self.bytes -= row[0]
             self._touch(conversation_id)
+        self.bytes -= row[0]
         return True
 
-    def _add_items(self, conversation_id: str, items: list[dict[str, Any]]) -> None:
-        """Insert `items` (in the caller's transaction); a repeated id raises
+    def _add_items(self, conversation_id: str, items: list[dict[str, Any]]) -> int:
+        """Insert `items` (in the caller's transaction), their bytes; a repeated id raises
         DuplicateItemError, and the transaction rolls back."""
         assert self._db is not None
         db = self._db
@@ -644,7 +645,7 @@ class SQLiteResponseStore:
             "UPDATE conversations SET size = size + ?, items = items + ? WHERE id = ?",
             (total, len(items), conversation_id),
         )
-        self.bytes += total
+        return total
 
     def _touch(self, conversation_id: str) -> None:
         """A write: the conversation takes the next sequence number; its age starts again."""
