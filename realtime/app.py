@@ -64,6 +64,7 @@ from realtime.observability.metrics import Metrics
 from realtime.observability.vllm_metrics import VllmMetrics
 from realtime.pipeline import ChatPipeline
 from realtime.pipeline.completions import CompletionPipeline
+from realtime.pipeline.offload import loop_first_switching
 from realtime.protocol.errors import RealtimeError
 from realtime.session.dialect import DialectSelector
 from realtime.store import MemoryResponseStore, ResponseStore
@@ -329,7 +330,8 @@ def build_app(
         label = getattr(engine, "label", type(engine).__name__)  # a proxy names what it runs
         log.info("serving model %r on engine %s", engine.info.name, label)
         try:
-            yield
+            with loop_first_switching():  # input-sized work in threads yields to the loop
+                yield
         finally:
             await pipeline.aclose()  # no warm-up may outlive the engine
             await engine.close()

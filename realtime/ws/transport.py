@@ -37,6 +37,17 @@ is not the client's fault: it is set again once the server reads again, and
 only a deadline that passes while the server is reading closes the connection.
 A pong read late still schedules the next ping.
 
+Large messages go out in fragments. A text message of more than
+`FRAGMENT_BYTES` (a 4 MB Realtime item sent back by `conversation.item.retrieve`)
+is sent as a Text frame and Continuation frames of `FRAGMENT_BYTES` each. Between
+fragments the sender yields to the loop and waits, as before every message, until
+the write buffer is below its high-water mark: framing and copying the message
+then costs the loop one fragment at a time, not the whole message at once (other
+clients are served in between), and a reader that falls behind holds at most a
+fragment more in the server's buffer, not the whole message. Control frames
+(pings, pongs, a Close) may come between fragments (RFC 6455, 5.4); the session's
+outbox sends one message at a time, so no other message's frames can.
+
 And it tells the app whether the socket can take a frame without waiting: the
 scope's `extensions["realtime.writable"]` is uvicorn's own flag (an
 `asyncio.Event`, clear while the write buffer is above its high-water mark). The
@@ -46,10 +57,13 @@ blocking the request inside a send while the client is behind.
 
 from __future__ import annotations
 
+import asyncio
 from asyncio import BaseTransport
 from typing import TYPE_CHECKING, Any
 
+from uvicorn.protocols.utils import ClientDisconnected
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.exceptions import InvalidState
 from websockets.frames import CloseCode
 
 from realtime.ws.handshake import redacting_copy
@@ -63,6 +77,9 @@ if TYPE_CHECKING:
 #: The scope extension that carries the socket's writability flag.
 WRITABLE_EXTENSION = "realtime.writable"
 
+
+#: A text message longer than this (bytes of UTF-8) is sent in fragments of this size.
+FRAGMENT_BYTES = 256 * 1024
 
 #: The reason of the Close frame for a text message that is not UTF-8.
 INVALID_UTF8_REASON = "invalid UTF-8 in a text frame"
@@ -176,6 +193,10 @@ class RealtimeWebSocketProtocol(WebSocketsSansIOProtocol):
 
     async def send(self, message: ASGISendEvent) -> None:
         if message["type"] == "websocket.send":  # the per-token path: nothing to add
+            text = message.get("text")
+            if text is not None and len(text) > FRAGMENT_BYTES and self.handshake_complete:
+                await self._send_fragments(text.encode())
+                return
             await super().send(message)
             return
         closing = (
@@ -189,6 +210,27 @@ class RealtimeWebSocketProtocol(WebSocketsSansIOProtocol):
         if closing and self.close_timer is not None:
             self.close_timer.cancel()
             self.close_timer = self.loop.call_later(self.close_timeout, self._close_or_abort)
+
+    async def _send_fragments(self, data: bytes) -> None:
+        """One text message as fragments of `FRAGMENT_BYTES`, yielding the loop and
+        waiting for the write buffer to drain between them (the module says why)."""
+        view = memoryview(data)
+        for start in range(0, len(view), FRAGMENT_BYTES):
+            await self.writable.wait()
+            if self.disconnected or self.close_sent:
+                raise ClientDisconnected()
+            end = start + FRAGMENT_BYTES
+            fin = end >= len(view)
+            try:
+                if start == 0:
+                    self.conn.send_text(view[start:end], fin=fin)
+                else:
+                    self.conn.send_continuation(view[start:end], fin=fin)
+            except InvalidState:
+                raise ClientDisconnected() from None
+            self.transport.write(b"".join(self.conn.data_to_send()))
+            if not fin:
+                await asyncio.sleep(0)  # the other clients' turn
 
     # --- keepalive under backpressure ---
 
