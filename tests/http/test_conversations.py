@@ -424,3 +424,52 @@ def test_json_of_a_conversation_is_what_the_sdk_defines(server_factory: Any) -> 
         response = client.post("/responses", json={"model": "echo", "input": "x"}).json()
         assert "conversation" not in response  # only a response in one names it
         assert json.dumps(response)  # plain JSON
+
+
+def test_automatic_compaction_in_a_conversation_stands_for_what_came_before(
+    server_factory: Any,
+) -> None:
+    """`context_management` on a response in a long conversation: the compaction item joins
+    the conversation with the answer, and the next response renders the conversation from
+    it on (the summary, not the 40 turns before it)."""
+    from tests.http.test_responses_compaction import CONTEXT, SUMMARY, turn_text
+    from tests.http.test_responses_compaction import SCRIPT as COMPACTION_SCRIPT
+
+    engine = ScriptedEngine(COMPACTION_SCRIPT)
+    server = server_factory(ServerConfig(log_level="warning"), engine)
+
+    async def go() -> tuple[Any, Any, list[Any]]:
+        async with sdk(server) as client:
+            conversation = await client.conversations.create()
+            for start in range(0, len(CONTEXT), 20):  # 20 items a call at most
+                await client.conversations.items.create(
+                    conversation.id, items=CONTEXT[start : start + 20]
+                )
+            first = await client.responses.create(
+                model="scripted",
+                input="next question",
+                conversation=conversation.id,
+                context_management=[{"type": "compaction", "compact_threshold": 1000}],
+            )
+            again = await client.responses.create(
+                model="scripted", input="next question", conversation=conversation.id
+            )
+            items = [
+                item
+                async for item in client.conversations.items.list(
+                    conversation.id, order="asc", limit=100
+                )
+            ]
+            return first, again, items
+
+    first, again, items = asyncio.run(go())
+    assert [item.type for item in first.output] == ["compaction", "message"]
+    follow = engine.prompts[-1]
+    assert SUMMARY in follow and turn_text(0, "user") not in follow
+    assert follow.endswith("assistant: Answered.\nuser: next question\nassistant: ")
+    assert again.usage is not None and again.usage.input_tokens < 0.3 * 4000
+    # the conversation keeps every item: the 41 given, then each response's input and output
+    assert len(items) == len(CONTEXT) + 3 + 2
+    assert [item.type for item in items[len(CONTEXT) :]] == [
+        "message", "compaction", "message", "message", "message"
+    ]  # fmt: skip
