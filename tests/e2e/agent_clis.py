@@ -1,5 +1,5 @@
-"""Agent CLIs (Claude Code, opencode) and the Node SDK for the end-to-end tests: where
-they are, and a sandbox.
+"""Agent CLIs (Claude Code, Codex CLI, opencode) and the Node SDK for the end-to-end
+tests: where they are, a sandbox, and a how-to guide's commands run in it.
 
 `scripts/test` installs each CLI at a pinned version from npm into
 `.venv/agents` and sets REALTIME_REQUIRE_AGENTS=1, which turns a missing CLI (or
@@ -12,14 +12,22 @@ Every CLI runs inside a network namespace of its own with only loopback
 (`unshare -n`, then `ip link set lo up`), with the server started inside the same
 namespace: whatever the CLI tries to reach outside, it cannot, so the test proves
 it needs nothing but the server.
+
+`run_guide` runs a how-to guide as a reader would: its `realtime serve` command in
+the background, then each command in one shell (so what one command exports, the
+next sees), and checks each exits 0 and prints exactly the output the guide shows
+after it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -126,3 +134,89 @@ def require_netns() -> None:
 def _installed(name: str) -> str | None:
     path = AGENTS_PREFIX / "node_modules" / ".bin" / name
     return str(path) if path.exists() else None
+
+
+#: A fenced block of a guide: its language and its text.
+BLOCK = re.compile(r"```(bash|json|text|toml|sh)\n(.*?)```", re.DOTALL)
+
+#: Polls /ready on the guides' port until the server answers (inside the namespace).
+WAIT_READY = (
+    "import time, urllib.request\n"
+    "for _ in range(300):\n"
+    "    try:\n"
+    '        urllib.request.urlopen("http://127.0.0.1:8000/ready"); break\n'
+    "    except OSError:\n"
+    "        time.sleep(0.1)\n"
+    "else:\n"
+    "    raise SystemExit(1)\n"
+)
+
+
+def guide_blocks(guide: Path) -> list[tuple[str, str]]:
+    return BLOCK.findall(guide.read_text(encoding="utf-8"))
+
+
+@dataclass(frozen=True)
+class GuideCommands:
+    """A guide's commands after its install block: the serve command, then the rest, each
+    with the output the guide shows below it."""
+
+    serve: str
+    commands: list[str]
+    shown: list[str]
+
+
+def guide_commands(blocks: list[tuple[str, str]]) -> GuideCommands:
+    bash = [body for kind, body in blocks if kind == "bash"][1:]  # after the install
+    serve, commands = bash[0], bash[1:]
+    assert serve.startswith("realtime serve ")
+    shown = []
+    for index, (kind, body) in enumerate(blocks):
+        if kind == "bash" and body in commands:
+            following = blocks[index + 1]
+            assert following[0] == "text", "each command is followed by its output"
+            shown.append(following[1])
+    assert len(shown) == len(commands)
+    return GuideCommands(serve, commands, shown)
+
+
+def run_guide(workdir: Path, guide: GuideCommands, binary: str, home: Path) -> str:
+    """Run the guide's commands in `workdir`, inside a namespace with only loopback, with
+    `binary`'s folder on PATH and `home` as HOME; assert each command's exit status and
+    output; return the server's log."""
+    lines = [
+        "set -u",
+        "ip link set lo up",
+        f"{guide.serve.strip()} > server.log 2>&1 &",
+        "server=$!",
+        "trap 'kill $server; wait $server' EXIT",
+        f"{sys.executable} -c '{WAIT_READY}' || exit 3",
+    ]
+    for number, command in enumerate(guide.commands):
+        lines.append(f"{{\n{command}}} > out{number}.txt 2> err{number}.txt")
+        lines.append(f"echo $? > rc{number}.txt")
+    (workdir / "run.sh").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    env = {
+        "PATH": os.pathsep.join(
+            [str(Path(sys.executable).parent), str(Path(binary).parent), os.environ["PATH"]]
+        ),
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+    }
+    run = subprocess.run(
+        ["unshare", "-n", "bash", "run.sh"],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+        check=False,
+    )
+    log = (workdir / "server.log").read_text(encoding="utf-8", errors="replace")
+    assert run.returncode == 0, (run.stdout, run.stderr, log)
+    for number, expected in enumerate(guide.shown):
+        out = (workdir / f"out{number}.txt").read_text(encoding="utf-8")
+        err = (workdir / f"err{number}.txt").read_text(encoding="utf-8")
+        rc = (workdir / f"rc{number}.txt").read_text(encoding="utf-8").strip()
+        assert (rc, out) == ("0", expected), (guide.commands[number], err, log)
+    return log

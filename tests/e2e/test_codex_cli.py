@@ -19,27 +19,26 @@ and no refusal.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.agent_clis import CODEX_VERSION, REPO_ROOT, codex_binary, require_netns
-from tests.e2e.test_claude_code import WAIT_READY
+from tests.e2e.agent_clis import (
+    CODEX_VERSION,
+    REPO_ROOT,
+    codex_binary,
+    guide_blocks,
+    guide_commands,
+    require_netns,
+    run_guide,
+)
 
 GUIDE = REPO_ROOT / "docs" / "howto" / "use-codex-cli.md"
-BLOCK = re.compile(r"```(bash|json|text|toml|sh)\n(.*?)```", re.DOTALL)
-
-
-def guide_blocks() -> list[tuple[str, str]]:
-    return BLOCK.findall(GUIDE.read_text(encoding="utf-8"))
 
 
 def test_the_guide_pins_the_tested_version() -> None:
-    install = guide_blocks()[0]
+    install = guide_blocks(GUIDE)[0]
     assert install == ("bash", f"npm install -g @openai/codex@{CODEX_VERSION}\n")
 
 
@@ -47,7 +46,7 @@ def test_the_guide_pins_the_tested_version() -> None:
 def test_the_guide_runs_as_written(tmp_path: Path) -> None:
     codex = codex_binary()
     require_netns()
-    blocks = guide_blocks()
+    blocks = guide_blocks(GUIDE)
     [script] = [body for kind, body in blocks if kind == "json"]
     json.loads(script)  # the guide's script is valid JSON
     (tmp_path / "codex-script.json").write_text(script, encoding="utf-8")
@@ -55,53 +54,10 @@ def test_the_guide_runs_as_written(tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / ".codex").mkdir(parents=True)
     (home / ".codex" / "config.toml").write_text(config, encoding="utf-8")
-    bash = [body for kind, body in blocks if kind == "bash"][1:]  # after the install
-    serve, commands = bash[0], bash[1:]
-    assert serve.startswith("realtime serve ")
-    shown = []
-    for index, (kind, body) in enumerate(blocks):
-        if kind == "bash" and body in commands:
-            following = blocks[index + 1]
-            assert following[0] == "text", "each command is followed by its output"
-            shown.append(following[1])
-    assert len(shown) == len(commands) == 3
-    assert "supports_websockets=true" in commands[2]
-
-    lines = [
-        "set -u",
-        "ip link set lo up",
-        f"{serve.strip()} > server.log 2>&1 &",
-        "server=$!",
-        "trap 'kill $server; wait $server' EXIT",
-        f"{sys.executable} -c '{WAIT_READY}' || exit 3",
-    ]
-    for number, command in enumerate(commands):
-        lines.append(f"{{\n{command}}} > out{number}.txt 2> err{number}.txt")
-        lines.append(f"echo $? > rc{number}.txt")
-    (tmp_path / "run.sh").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    env = {
-        "PATH": os.pathsep.join(
-            [str(Path(sys.executable).parent), str(Path(codex).parent), os.environ["PATH"]]
-        ),
-        "HOME": str(home),
-        "LANG": "C.UTF-8",
-    }
-    run = subprocess.run(
-        ["unshare", "-n", "bash", "run.sh"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=540,
-        check=False,
-    )
-    log = (tmp_path / "server.log").read_text(encoding="utf-8", errors="replace")
-    assert run.returncode == 0, (run.stdout, run.stderr, log)
-    for number, expected in enumerate(shown):
-        out = (tmp_path / f"out{number}.txt").read_text(encoding="utf-8")
-        err = (tmp_path / f"err{number}.txt").read_text(encoding="utf-8")
-        rc = (tmp_path / f"rc{number}.txt").read_text(encoding="utf-8").strip()
-        assert (rc, out) == ("0", expected), (commands[number], err, log)
+    guide = guide_commands(blocks)
+    assert len(guide.commands) == 3
+    assert "supports_websockets=true" in guide.commands[2]
+    log = run_guide(tmp_path, guide, codex, home)
     ends = [line for line in log.splitlines() if "request.end" in line]
     assert all("status=completed" in line for line in ends), log
     http = [line for line in ends if "transport=http" in line]
