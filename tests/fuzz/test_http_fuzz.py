@@ -369,6 +369,8 @@ def _check_conversation_answer(answer: httpx.Response, stats: dict[str, int]) ->
     if answer.status_code >= 400:
         assert set(body["error"]) == ERROR_KEYS, body
         _check_clean(body["error"]["message"])
+    elif "object" not in body:  # one item (`GET .../items/{item_id}`)
+        assert body["id"] and body["type"] == "message", body
     else:
         assert body["object"] in ("conversation", "conversation.deleted", "list", "response")
 
