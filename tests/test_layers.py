@@ -354,6 +354,16 @@ def test_the_response_store_has_one_async_interface() -> None:
         "chain": True,
         "delete": True,
         "close": True,
+        # conversations (`realtime.store.conversations`)
+        "create_conversation": True,
+        "get_conversation": True,
+        "update_conversation": True,
+        "delete_conversation": True,
+        "append_items": True,
+        "conversation_items": True,
+        "list_items": True,
+        "get_item": True,
+        "delete_item": True,
     }
 
 

@@ -100,6 +100,10 @@ class ServerConfig:
     #: WebSocket mode: bytes of one socket's `store: false` responses (kept for its
     #: continuations); beyond it the oldest go. 0 = no limit.
     responses_ws_memory_bytes: int = 64 * 1024 * 1024
+    #: Conversations: items one `conversations.create` / `items.create` may add (OpenAI's 20).
+    conversation_max_items_per_call: int = 20
+    #: Conversations: items a conversation may hold and still be a response's context.
+    conversation_max_items: int = 100_000
 
     # /v1/messages
     #: Keep Claude Code's first system text (`x-anthropic-billing-header: ...`, which
