@@ -33,6 +33,7 @@ from realtime.dialects.realtime_events.limits import EventLimits
 from realtime.dialects.realtime_events.selector import realtime_events
 from realtime.dialects.responses import ResponsesService
 from realtime.dialects.responses.background import BackgroundLimits
+from realtime.dialects.responses.conversations import ConversationLimits
 from realtime.dialects.responses.dialect import SocketLimits
 from realtime.dialects.responses.reasoning_seal import ReasoningSeal
 from realtime.dialects.responses.selector import responses_mode
@@ -42,6 +43,7 @@ from realtime.engine.process.proxy import EngineProxy
 from realtime.engine.process.spec import SINGLE_PROCESS_ONLY, EngineSpec, runs_in_process
 from realtime.engine.registry import EngineSource, build_engine, resolve_engine
 from realtime.engine.snapshot import ReportsSnapshot
+from realtime.http import conversations as conversation_routes
 from realtime.http.background_runs import BackgroundRuns
 from realtime.http.chat_completions import chat_completions
 from realtime.http.completions import completions
@@ -220,6 +222,7 @@ def routes() -> list[BaseRoute]:
         Route(
             "/v1/responses/{response_id}/cancel", openai_errors(cancel_response), methods=["POST"]
         ),
+        *conversations_routes(),
         Route("/v1/messages", anthropic_errors(create_message), methods=["POST"]),
         Route(
             "/v1/messages/count_tokens", anthropic_errors(count_message_tokens), methods=["POST"]
@@ -231,6 +234,23 @@ def routes() -> list[BaseRoute]:
         Route("/health", openai_errors(health), methods=["GET"]),
         Route("/ready", openai_errors(ready), methods=["GET"]),
         Route("/metrics", openai_errors(metrics_route), methods=["GET"]),
+    ]
+
+
+def conversations_routes() -> list[BaseRoute]:
+    """The Conversations API (`realtime.http.conversations`)."""
+    http = conversation_routes
+    one = "/v1/conversations/{conversation_id}"
+    item = one + "/items/{item_id}"
+    return [
+        Route("/v1/conversations", openai_errors(http.create_conversation), methods=["POST"]),
+        Route(one, openai_errors(http.get_conversation), methods=["GET"]),
+        Route(one, openai_errors(http.update_conversation), methods=["POST"]),
+        Route(one, openai_errors(http.delete_conversation), methods=["DELETE"]),
+        Route(one + "/items", openai_errors(http.list_items), methods=["GET"]),
+        Route(one + "/items", openai_errors(http.create_items), methods=["POST"]),
+        Route(item, openai_errors(http.get_item), methods=["GET"]),
+        Route(item, openai_errors(http.delete_item), methods=["DELETE"]),
     ]
 
 
@@ -290,6 +310,10 @@ def build_app(
         response_store(config),
         limits=input_limits(config),
         seal=ReasoningSeal(config.reasoning_key),
+        conversation_limits=ConversationLimits(
+            max_items_per_call=config.conversation_max_items_per_call,
+            max_items=config.conversation_max_items,
+        ),
     )
     background = BackgroundRuns(
         responses,

@@ -49,6 +49,11 @@ from realtime.dialects.chat.tokenize import (
 from realtime.dialects.messages.models import CountTokensRequest, MessagesRequest
 from realtime.dialects.realtime_events.event_models import CLIENT_EVENTS_DOC, SERVER_EVENTS_DOC
 from realtime.dialects.responses.compaction import CompactRequest
+from realtime.dialects.responses.conversations import (
+    ConversationCreateRequest,
+    ConversationItemsRequest,
+    ConversationUpdateRequest,
+)
 from realtime.dialects.responses.items import (
     CompactionItem,
     FunctionCallItem,
@@ -59,6 +64,9 @@ from realtime.dialects.responses.items import (
 from realtime.dialects.responses.request import ResponseCreateEvent, ResponsesRequest
 from realtime.dialects.responses.schemas import (
     CompactedResponse,
+    Conversation,
+    ConversationItemList,
+    DeletedConversation,
     DeletedResponse,
     InputItemList,
     ResponseStreamEvent,
@@ -296,6 +304,78 @@ def _anthropic_errors(*statuses: str) -> dict[str, Any]:
     }
 
 
+def _conversation_operations(
+    ref: Any, json_body: Any, errors: Any
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """The Conversations API's routes (`realtime/http/conversations.py`)."""
+    one = "/v1/conversations/{conversation_id}"
+    item = one + "/items/{item_id}"
+    conversation, item_list = ref(Conversation), ref(ConversationItemList)
+    missing = errors("400", "401", "403", "404", "503")
+
+    def body(model: type[BaseModel]) -> dict[str, Any]:
+        schema = ref(model, "validation")
+        return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+    return {
+        ("/v1/conversations", "post"): {
+            "summary": "Create a conversation (its first items: at most 20 input items)",
+            "description": "A response created with `conversation` reads its items as the"
+            " context before its input, and adds its input and output items to it.",
+            "requestBody": body(ConversationCreateRequest),
+            "responses": {"200": json_body(conversation, "The conversation"),
+                          **errors("400", "401", "403", "503")},
+        },
+        (one, "get"): {
+            "summary": "A conversation",
+            "parameters": [_path_param("conversation_id")],
+            "responses": {"200": json_body(conversation, "The conversation"), **missing},
+        },
+        (one, "post"): {
+            "summary": "Replace a conversation's metadata",
+            "parameters": [_path_param("conversation_id")],
+            "requestBody": body(ConversationUpdateRequest),
+            "responses": {"200": json_body(conversation, "The conversation"), **missing},
+        },
+        (one, "delete"): {
+            "summary": "Delete a conversation and its items",
+            "parameters": [_path_param("conversation_id")],
+            "responses": {"200": json_body(ref(DeletedConversation), "Deleted"), **missing},
+        },
+        (one + "/items", "get"): {
+            "summary": "A conversation's items, a page at a time",
+            "parameters": [
+                _path_param("conversation_id"),
+                _query_param("after", "string"),
+                _query_param("limit", "integer"),
+                _query_param("order", "string"),
+                _query_param("include", "array"),
+            ],
+            "responses": {"200": json_body(item_list, "A page of items"), **missing},
+        },
+        (one + "/items", "post"): {
+            "summary": "Add items to a conversation (at most 20 at a time)",
+            "parameters": [_path_param("conversation_id"), _query_param("include", "array")],
+            "requestBody": body(ConversationItemsRequest),
+            "responses": {"200": json_body(item_list, "The items added"), **missing},
+        },
+        (item, "get"): {
+            "summary": "One item of a conversation",
+            "parameters": [
+                _path_param("conversation_id"),
+                _path_param("item_id"),
+                _query_param("include", "array"),
+            ],
+            "responses": {"200": json_body({"type": "object"}, "The item"), **missing},
+        },
+        (item, "delete"): {
+            "summary": "Delete one item of a conversation; answers with the conversation",
+            "parameters": [_path_param("conversation_id"), _path_param("item_id")],
+            "responses": {"200": json_body(conversation, "The conversation"), **missing},
+        },
+    }  # fmt: skip
+
+
 def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
     models: list[tuple[type[BaseModel], JsonSchemaMode]] = [
         (ChatCompletionRequest, "validation"),
@@ -321,6 +401,12 @@ def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
         (ResponseStreamEvent, "serialization"),
         (InputItemList, "serialization"),
         (DeletedResponse, "serialization"),
+        (ConversationCreateRequest, "validation"),
+        (ConversationUpdateRequest, "validation"),
+        (ConversationItemsRequest, "validation"),
+        (Conversation, "serialization"),
+        (DeletedConversation, "serialization"),
+        (ConversationItemList, "serialization"),
         (TokenizeRequest, "validation"),
         (TokenizeResponse, "serialization"),
         (MessagesRequest, "validation"),
@@ -563,6 +649,7 @@ def openapi(routes: list[BaseRoute]) -> dict[str, Any]:
             },
         },
     }  # fmt: skip
+    known.update(_conversation_operations(ref, json_body, errors))
     paths: dict[str, dict[str, Any]] = {}
     for path, method, route in http_routes(routes):
         operation = known.get((path, method))

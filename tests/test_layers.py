@@ -355,6 +355,16 @@ def test_the_response_store_has_one_async_interface() -> None:
         "delete": True,
         "unfinished": True,
         "close": True,
+        # conversations (`realtime.store.conversations`)
+        "create_conversation": True,
+        "get_conversation": True,
+        "update_conversation": True,
+        "delete_conversation": True,
+        "append_items": True,
+        "conversation_items": True,
+        "list_items": True,
+        "get_item": True,
+        "delete_item": True,
     }
 
 

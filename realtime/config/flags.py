@@ -948,6 +948,35 @@ FLAGS: tuple[Flag, ...] = (
         ),
     ),
     Flag(
+        "--conversation-max-items-per-call",
+        "responses",
+        "items one conversations.create or conversations.items.create may add; more is"
+        " 400 too_many_items (default %(default)s, as OpenAI's)",
+        field="conversation_max_items_per_call",
+        value=POSITIVE,
+        metavar="N",
+        limit=Limit(
+            "items",
+            "added by one `POST /v1/conversations` or `POST /v1/conversations/{id}/items`;"
+            " more is 400 `too_many_items`, nothing added",
+        ),
+    ),
+    Flag(
+        "--conversation-max-items",
+        "responses",
+        "items a conversation may hold and still be a response's context; a response in a"
+        " longer one is 400 conversation_too_long, before its items are read (default"
+        " %(default)s)",
+        field="conversation_max_items",
+        value=POSITIVE,
+        metavar="N",
+        limit=Limit(
+            "items",
+            "in a conversation a response continues (`conversation`); more is 400 / `error`"
+            " event `conversation_too_long`, checked before any item is read",
+        ),
+    ),
+    Flag(
         "--responses-ws-max-age",
         "responses",
         "seconds a WebSocket to /v1/responses takes new responses; after that each"

@@ -112,6 +112,10 @@ class ServerConfig:
     #: sharing a store each need their own). None: the host name (with `--api-servers`,
     #: plus the front end's number).
     runner_id: str | None = None
+    #: Conversations: items one `conversations.create` / `items.create` may add (OpenAI's 20).
+    conversation_max_items_per_call: int = 20
+    #: Conversations: items a conversation may hold and still be a response's context.
+    conversation_max_items: int = 100_000
 
     # /v1/messages
     #: Keep Claude Code's first system text (`x-anthropic-billing-header: ...`, which

@@ -152,7 +152,9 @@ class ScriptedEngine:
         model_name: str = "scripted",
         delay: float = 0.0,
         chat_template: str | None = None,
+        context_length: int = DEFAULT_CONTEXT_LENGTH,
     ):
+        """`context_length` is the built-in model's (a model directory brings its own)."""
         self.script = load_script(script)
         self.delay = delay
         self.stats = EchoStats()
@@ -176,7 +178,7 @@ class ScriptedEngine:
             template = _template_source(chat_template) if chat_template else SCRIPTED_TEMPLATE
             self._info = ModelInfo(
                 name=model_name,
-                context_length=DEFAULT_CONTEXT_LENGTH,
+                context_length=context_length,
                 tokenizer=EchoTokenizer(),
                 chat_template=ChatTemplate(template),
             )

@@ -1,4 +1,4 @@
-"""The /v1/completions pipeline: prompts in, `text_completion` chunks out.
+"""The /v1/completions pipeline: prompts in, typed per-choice events out.
 
 It shares everything below the response shape with chat: the engine, the path
 to engine requests (`engine_requests.py`: model check, token budget with the
@@ -6,6 +6,10 @@ server's cap, stops, sampling and the model's defaults, the id checks), the
 visible-text loop (`generation.py`) and the errors. Each prompt becomes one
 choice; several prompts are generated concurrently and their chunks interleave,
 each tagged with its choice index, as OpenAI does.
+
+Like the chat pipeline it yields typed events (`ChoiceEcho`, `ChoiceStep`,
+`ChoiceFinish`), never wire shapes: the chat dialect's `CompletionRun` renders
+them as `text_completion` chunks.
 """
 
 from __future__ import annotations
@@ -14,23 +18,47 @@ import asyncio
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any
 
-from realtime.chat.completion_chunks import (
-    CompletionChunks,
-    fold_completion_chunks,
-    new_text_completion_id,
-)
+from realtime.chat.completion_chunks import new_text_completion_id
 from realtime.chat.stops import StopMatcher
 from realtime.engine.base import EngineRequest
+from realtime.model.generation import FinishReason
 from realtime.pipeline.budget import OutputAsk, PromptOverflow
 from realtime.pipeline.chat import ChatPipeline
 from realtime.pipeline.constraints import ConstraintPlan, response_format_of
 from realtime.pipeline.engine_errors import failed_generation
-from realtime.pipeline.generation import text_steps
+from realtime.pipeline.generation import TextStep, text_steps
 from realtime.pipeline.sampling import check_token_ids
 from realtime.protocol.errors import InvalidRequestError
 from realtime.protocol.generation_request import FieldPaths, GenerationRequest
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceEcho:
+    """Choice `index` starts with its prompt's text (`echo`)."""
+
+    index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceStep:
+    """One engine step of choice `index`: its visible text, tokens and logprobs."""
+
+    index: int
+    step: TextStep
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceFinish:
+    """Choice `index` ended. An `ERROR` finish is followed by the error, raised."""
+
+    index: int
+    reason: FinishReason
+
+
+#: What `CompletionPipeline.events` yields; the choices' events interleave.
+CompletionEvent = ChoiceEcho | ChoiceStep | ChoiceFinish
 
 
 @dataclass(slots=True)
@@ -38,7 +66,9 @@ class PreparedCompletion:
     request: GenerationRequest
     engine_requests: list[EngineRequest]
     prompt_texts: list[str]
-    chunks: CompletionChunks
+    #: prompt tokens of each choice
+    prompt_tokens: list[int]
+    id: str
     #: The `response_format` constraint still to compile (`constrain()`), shared by
     #: every choice: each starts its own matcher from it.
     constraint: ConstraintPlan | None = None
@@ -56,15 +86,12 @@ class CompletionPipeline:
         self,
         request: GenerationRequest,
         *,
-        stream: bool = True,
         echo: bool = False,
-        include_usage: bool = False,
         session_id: str | None = None,
     ) -> PreparedCompletion:
         """Validate against the model and build one engine request per prompt.
-        `echo`: each choice starts with its prompt's text; `include_usage`: a usage
-        chunk ends the stream (a non-streamed answer always gets its usage);
-        `session_id`: the cache session the transport chose (as `ChatPipeline.prepare`)."""
+        `echo`: each choice starts with its prompt's text; `session_id`: the cache
+        session the transport chose (as `ChatPipeline.prepare`)."""
         chat = self.chat
         requests, paths = chat.requests, request.paths
         requests.check_model(request)
@@ -99,16 +126,10 @@ class CompletionPipeline:
             logprobs=request.logprobs,
             session_id=session_id,
         )
-        chunks = CompletionChunks(
-            model=chat.model_name,
-            prompt_tokens=counts,
-            include_usage=include_usage or not stream,
-            logprobs=request.logprobs,
-            system_fingerprint=chat.system_fingerprint,
-            completion_id=completion_id,
-        )
         plan = chat.constraints.plan_completion(response_format_of(request.format), paths)
-        return PreparedCompletion(request, engine_requests, texts, chunks, plan, echo)
+        return PreparedCompletion(
+            request, engine_requests, texts, counts, completion_id, plan, echo
+        )
 
     async def constrain(self, prepared: PreparedCompletion) -> None:
         """Compile the `response_format` constraint onto every choice's engine request
@@ -119,10 +140,10 @@ class CompletionPipeline:
             for engine_request in prepared.engine_requests:
                 engine_request.constraint = compiled
 
-    async def stream(self, prepared: PreparedCompletion) -> AsyncGenerator[dict[str, Any], None]:
-        """Chunks of every choice; closing this closes every choice's engine iterator."""
+    async def events(self, prepared: PreparedCompletion) -> AsyncGenerator[CompletionEvent, None]:
+        """Every choice's events; closing this closes every choice's engine iterator."""
         await self.constrain(prepared)
-        queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
+        queue: asyncio.Queue[CompletionEvent | BaseException | None] = asyncio.Queue()
         tasks = [
             asyncio.create_task(self._choice(prepared, index, queue))
             for index in range(len(prepared.engine_requests))
@@ -141,26 +162,23 @@ class CompletionPipeline:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        if prepared.chunks.include_usage:
-            yield prepared.chunks.usage_chunk()
 
     async def _choice(
         self,
         prepared: PreparedCompletion,
         index: int,
-        queue: asyncio.Queue[dict[str, Any] | BaseException | None],
+        queue: asyncio.Queue[CompletionEvent | BaseException | None],
     ) -> None:
-        request, chunks = prepared.request, prepared.chunks
-        tokenizer = self.chat.engine.info.tokenizer
+        request = prepared.request
         try:
             if prepared.echo:
-                queue.put_nowait(chunks.echo_chunk(index, prepared.prompt_texts[index]))
+                queue.put_nowait(ChoiceEcho(index, prepared.prompt_texts[index]))
             stopping = request.stopping
             stops = StopMatcher(list(stopping.strings), include_stop=stopping.include_stop_string)
             steps = text_steps(
                 self.chat.engine,
                 prepared.engine_requests[index],
-                tokenizer,
+                self.chat.engine.info.tokenizer,
                 stops,
                 skip_special_tokens=request.skip_special_tokens is not False,
                 paths=request.paths,
@@ -168,17 +186,9 @@ class CompletionPipeline:
             )
             async with aclosing(steps):
                 async for step in steps:
-                    chunk = chunks.text_chunk(
-                        index,
-                        step.text,
-                        token_ids=step.token_ids,
-                        logprobs=step.logprobs,
-                        tokenizer=tokenizer,
-                    )
-                    if chunk is not None:
-                        queue.put_nowait(chunk)
+                    queue.put_nowait(ChoiceStep(index, step))
                     if step.finish is not None:
-                        queue.put_nowait(chunks.finish_chunk(index, step.finish))
+                        queue.put_nowait(ChoiceFinish(index, step.finish))
                         if step.error is not None or step.finish.value == "error":
                             constraint = prepared.engine_requests[index].constraint
                             raise failed_generation(
@@ -192,13 +202,6 @@ class CompletionPipeline:
             raise
         except BaseException as exc:
             queue.put_nowait(exc)
-
-    async def complete(self, prepared: PreparedCompletion) -> dict[str, Any]:
-        collected: list[dict[str, Any]] = []
-        async with aclosing(self.stream(prepared)) as chunks:
-            async for chunk in chunks:
-                collected.append(chunk)
-        return fold_completion_chunks(collected)
 
 
 def _overflow(overflow: PromptOverflow, paths: FieldPaths) -> InvalidRequestError:

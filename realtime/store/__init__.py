@@ -5,6 +5,9 @@
     memory.py   `MemoryResponseStore`: in memory (no directory), and a socket's own
                 `store: false` responses
     sqlite.py   `SQLiteResponseStore`: on disk under `--response-store DIR`
+    postgres.py `PostgresResponseStore`: one database several replicas share
+    conversations.py  the conversation record and its item pages (every store
+                keeps conversations beside the responses)
 
 A layer of its own, below the dialects that keep responses (the Responses API)
 and above nothing but the wire rules: a store knows records, never requests.

@@ -49,6 +49,10 @@ against the same suite; a new store joins its fixture):
   `runner` (it ended) leaves the list. So a server that restarts finds, and fails,
   only the background responses it was running itself, even when several replicas
   share the store.
+
+Conversations (`conversations.py`) are kept by the same stores under the same
+promises: durable and visible on return, by owner, in the same sequence, and in
+the same byte budget; their age counts from their last write.
 """
 
 from __future__ import annotations
@@ -59,6 +63,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
+
+from realtime.store.conversations import (
+    ConversationItems,
+    ItemPage,
+    StoredConversation,
+)
 
 #: OpenAI keeps stored responses for at least 30 days.
 DEFAULT_MAX_AGE_SECONDS = 30 * 24 * 3600.0
@@ -150,6 +160,67 @@ class ResponseStore(Protocol):
 
     async def close(self) -> None:
         """Finish pending writes (each `put` still waiting completes) and release the store."""
+        ...
+
+    # --- conversations (`conversations.py`); each write is durable on return ---
+
+    async def create_conversation(
+        self, conversation: StoredConversation, items: list[dict[str, Any]]
+    ) -> None:
+        """Keep a new conversation with its first items; sets its `size`, `items` and
+        `updated_at`. Raises StoreError."""
+        ...
+
+    async def get_conversation(
+        self, conversation_id: str, owner: str | None
+    ) -> StoredConversation | None:
+        """The conversation's header (None: no such id for this owner, or expired)."""
+        ...
+
+    async def update_conversation(
+        self, conversation_id: str, owner: str | None, metadata: dict[str, str]
+    ) -> StoredConversation | None:
+        """Replace its metadata; the updated header (None: not found)."""
+        ...
+
+    async def delete_conversation(self, conversation_id: str, owner: str | None) -> bool:
+        """Forget the conversation and its items; False when this owner has none."""
+        ...
+
+    async def append_items(
+        self, conversation_id: str, owner: str | None, items: list[dict[str, Any]]
+    ) -> StoredConversation | None:
+        """Add `items` at the end, all or none; the updated header (None: not found).
+        Raises DuplicateItemError when an item's id is already in it."""
+        ...
+
+    async def conversation_items(
+        self, conversation_id: str, owner: str | None, limit: int
+    ) -> ConversationItems | None:
+        """Every item, oldest first, unless there are more than `limit` (`truncated`, no
+        items). None: not found."""
+        ...
+
+    async def list_items(
+        self,
+        conversation_id: str,
+        owner: str | None,
+        *,
+        after: str | None,
+        limit: int,
+        order: str,
+    ) -> ItemPage | None:
+        """A page of items (`order` "asc": oldest first), after the item `after`."""
+        ...
+
+    async def get_item(
+        self, conversation_id: str, owner: str | None, item_id: str
+    ) -> dict[str, Any] | None:
+        """One item (None: no such conversation or item)."""
+        ...
+
+    async def delete_item(self, conversation_id: str, owner: str | None, item_id: str) -> bool:
+        """Forget one item; False when there is no such conversation or item."""
         ...
 
 

@@ -37,6 +37,10 @@ Opening the store (the constructor) connects once, runs the schema migrations
 (`postgres_schema.py`) and reads the owner secret, so a wrong URL or an
 unreachable database stops the server at startup with a clear message. The URL's
 password never reaches a log or an error (`dsn.redact`).
+
+Conversations (`conversations.py`, schema 2): a row per conversation and one per
+item; every write to one locks `realtime_usage` as a put does, takes the next
+number of the responses' sequence, and counts in the same bytes.
 """
 
 from __future__ import annotations
@@ -61,6 +65,13 @@ from realtime.store.base import (
     StoredResponse,
     StoreError,
     fingerprint,
+)
+from realtime.store.conversations import (
+    ConversationItems,
+    DuplicateItemError,
+    ItemPage,
+    StoredConversation,
+    encode_item,
 )
 from realtime.store.dsn import passwords, redact
 
@@ -297,14 +308,22 @@ class PostgresResponseStore:
             if record.runner is not None:  # (put again, the old row went with its record)
                 await db.execute(sql.ADD_RUNNER, record.id, record.runner)
             total += len(data) - (old or 0)
-            now = self._clock()
-            if self.max_age_seconds and now - self._last_age_check > _AGE_CHECK_SECONDS:
-                total -= sum(r[0] for r in await db.fetch(sql.EXPIRE, self._oldest_kept()))
-                self._last_age_check = now
-            if self.max_bytes and total > self.max_bytes:
-                total -= await _drop_oldest(db, total - self.max_bytes, newest=seq)
+            total = await self._apply_limits(db, total, newest=seq)
             await db.execute(sql.SET_USAGE, total)
         return len(data)
+
+    async def _apply_limits(self, db: Any, total: int, *, newest: int) -> int:
+        """Expired records go (at most once a minute), then the oldest but `newest` while
+        over the byte limit; the bytes left. In the caller's transaction."""
+        now = self._clock()
+        if self.max_age_seconds and now - self._last_age_check > _AGE_CHECK_SECONDS:
+            oldest = self._oldest_kept()
+            total -= sum(r[0] for r in await db.fetch(sql.EXPIRE, oldest))
+            total -= sum(r[0] for r in await db.fetch(sql.EXPIRE_CONVERSATIONS, oldest))
+            self._last_age_check = now
+        if self.max_bytes and total > self.max_bytes:
+            total -= await _drop_oldest(db, total - self.max_bytes, newest=newest)
+        return total
 
     async def _delete(self, pool: Any, response_id: str, owner: str | None) -> bool:
         async with pool.acquire() as db, db.transaction():
@@ -352,6 +371,273 @@ class PostgresResponseStore:
             await db.close()
         return bytes(secret)
 
+    # --- conversations (`conversations.py`) ---
+
+    async def create_conversation(
+        self, conversation: StoredConversation, items: list[dict[str, Any]]
+    ) -> None:
+        found = await self._write_conversation(
+            "store the conversation", self._create_conversation, conversation, items
+        )
+        conversation.size, conversation.items = found.size, found.items
+        conversation.updated_at = found.updated_at
+
+    async def get_conversation(
+        self, conversation_id: str, owner: str | None
+    ) -> StoredConversation | None:
+        row = await self._operate(
+            "read the conversation",
+            self._fetchrow,
+            sql.GET_CONVERSATION,
+            conversation_id,
+            owner,
+            self._oldest_kept(),
+        )
+        return _conversation(row) if row is not None else None
+
+    async def update_conversation(
+        self, conversation_id: str, owner: str | None, metadata: dict[str, str]
+    ) -> StoredConversation | None:
+        return await self._write_conversation(
+            "update the conversation", self._change, conversation_id, owner, [], metadata, None
+        )
+
+    async def delete_conversation(self, conversation_id: str, owner: str | None) -> bool:
+        deleted: bool = await self._write_conversation(
+            "delete the conversation", self._delete_conversation, conversation_id, owner
+        )
+        return deleted
+
+    async def append_items(
+        self, conversation_id: str, owner: str | None, items: list[dict[str, Any]]
+    ) -> StoredConversation | None:
+        return await self._write_conversation(
+            "store the conversation's items", self._change, conversation_id, owner, items, None,
+            None,
+        )  # fmt: skip
+
+    async def conversation_items(
+        self, conversation_id: str, owner: str | None, limit: int
+    ) -> ConversationItems | None:
+        return await self._operate(
+            "read the conversation", self._conversation_items, conversation_id, owner, limit
+        )
+
+    async def list_items(
+        self,
+        conversation_id: str,
+        owner: str | None,
+        *,
+        after: str | None,
+        limit: int,
+        order: str,
+    ) -> ItemPage | None:
+        return await self._operate(
+            "read the conversation's items",
+            self._list_items,
+            conversation_id,
+            owner,
+            after,
+            limit,
+            order,
+        )
+
+    async def get_item(
+        self, conversation_id: str, owner: str | None, item_id: str
+    ) -> dict[str, Any] | None:
+        return await self._operate(
+            "read the conversation's item", self._get_item, conversation_id, owner, item_id
+        )
+
+    async def delete_item(self, conversation_id: str, owner: str | None, item_id: str) -> bool:
+        deleted: bool = await self._write_conversation(
+            "delete the conversation's item", self._change, conversation_id, owner, [], None,
+            item_id,
+        )  # fmt: skip
+        return deleted
+
+    async def _write_conversation(
+        self, what: str, operation: Callable[..., Awaitable[T]], *args: Any
+    ) -> T:
+        """A write, bounded and awaited as `put` is."""
+        await self._room.acquire()
+        try:
+            if self._closed:
+                raise StoreError("the response store is closed")
+            write = asyncio.ensure_future(self._operate(what, operation, *args))
+        except BaseException:
+            self._room.release()
+            raise
+        self._writes.add(write)  # type: ignore[arg-type]
+        write.add_done_callback(self._write_done)  # type: ignore[arg-type]
+        return await asyncio.shield(write)
+
+    async def _create_conversation(
+        self, pool: Any, conversation: StoredConversation, items: list[dict[str, Any]]
+    ) -> StoredConversation:
+        header = conversation.encode()
+        async with pool.acquire() as db, db.transaction():
+            total = await db.fetchval(sql.LOCK_USAGE)
+            await db.execute(
+                sql.CREATE_CONVERSATION,
+                conversation.id,
+                conversation.owner,
+                conversation.created_at,
+                self._clock(),
+                len(header),
+                header,
+            )
+            found, total = await self._write_items(db, conversation.id, items, None, total)
+            total += len(header)
+            await db.execute(sql.SET_USAGE, total)
+        return found
+
+    async def _change(
+        self,
+        pool: Any,
+        conversation_id: str,
+        owner: str | None,
+        items: list[dict[str, Any]],
+        metadata: dict[str, str] | None,
+        delete_item: str | None,
+    ) -> Any:
+        """One write to a conversation (items appended, its metadata replaced, or an item
+        deleted): the updated header, or None / False when not found."""
+        async with pool.acquire() as db, db.transaction():
+            total = await db.fetchval(sql.LOCK_USAGE)
+            row = await db.fetchrow(
+                sql.GET_CONVERSATION, conversation_id, owner, self._oldest_kept()
+            )
+            if row is None:
+                return False if delete_item is not None else None
+            if delete_item is not None:
+                size = await db.fetchval(sql.DELETE_ITEM, conversation_id, delete_item)
+                if size is None:
+                    return False
+                touched = await db.fetchrow(
+                    sql.TOUCH_CONVERSATION, conversation_id, self._clock(), -size, -1, None
+                )
+                await db.execute(sql.SET_USAGE, total - size)
+                return touched is not None
+            if metadata is not None:
+                old = _conversation(row)
+                grown = len(orjson.dumps({"metadata": metadata})) - len(old.encode())
+                touched = await db.fetchrow(
+                    sql.TOUCH_CONVERSATION,
+                    conversation_id,
+                    self._clock(),
+                    grown,
+                    0,
+                    orjson.dumps({"metadata": metadata}),
+                )
+                total = await self._apply_limits(db, total + grown, newest=touched[0])
+                await db.execute(sql.SET_USAGE, total)
+                return _conversation(touched[1:])
+            found, total = await self._write_items(db, conversation_id, items, None, total)
+            await db.execute(sql.SET_USAGE, total)
+            return found
+
+    async def _write_items(
+        self,
+        db: Any,
+        conversation_id: str,
+        items: list[dict[str, Any]],
+        metadata: bytes | None,
+        total: int,
+    ) -> tuple[StoredConversation, int]:
+        """Insert `items`, move the conversation to the newest, apply the limits; the
+        updated header and the store's bytes. In the caller's transaction."""
+        if items:
+            taken = await db.fetch(sql.EXISTING_ITEMS, conversation_id, [i["id"] for i in items])
+            if taken:
+                raise DuplicateItemError(taken[0][0])
+        encoded = await asyncio.to_thread(lambda: [encode_item(item) for item in items])
+        try:
+            await db.executemany(
+                sql.INSERT_ITEM,
+                [
+                    (conversation_id, item["id"], len(data), data)
+                    for item, data in zip(items, encoded, strict=True)
+                ],
+            )
+        except self._asyncpg.UniqueViolationError:
+            raise DuplicateItemError(items[0]["id"]) from None
+        grown = sum(len(data) for data in encoded)
+        touched = await db.fetchrow(
+            sql.TOUCH_CONVERSATION, conversation_id, self._clock(), grown, len(items), metadata
+        )
+        total = await self._apply_limits(db, total + grown, newest=touched[0])
+        return _conversation(touched[1:]), total
+
+    async def _delete_conversation(
+        self, pool: Any, conversation_id: str, owner: str | None
+    ) -> bool:
+        async with pool.acquire() as db, db.transaction():
+            total = await db.fetchval(sql.LOCK_USAGE)
+            size = await db.fetchval(
+                sql.DELETE_CONVERSATION, conversation_id, owner, self._oldest_kept()
+            )
+            if size is None:
+                return False
+            await db.execute(sql.SET_USAGE, total - size)
+        return True
+
+    async def _conversation_items(
+        self, pool: Any, conversation_id: str, owner: str | None, limit: int
+    ) -> ConversationItems | None:
+        async with pool.acquire() as db, db.transaction(readonly=True, isolation="repeatable_read"):
+            row = await db.fetchrow(
+                sql.GET_CONVERSATION, conversation_id, owner, self._oldest_kept()
+            )
+            if row is None:
+                return None
+            found = _conversation(row)
+            if found.items > limit:
+                return ConversationItems(found, truncated=True)
+            rows = await db.fetch(sql.ALL_ITEMS, conversation_id)
+        return ConversationItems(found, await _decode_items(rows))
+
+    async def _list_items(
+        self,
+        pool: Any,
+        conversation_id: str,
+        owner: str | None,
+        after: str | None,
+        limit: int,
+        order: str,
+    ) -> ItemPage | None:
+        async with pool.acquire() as db, db.transaction(readonly=True, isolation="repeatable_read"):
+            row = await db.fetchrow(
+                sql.GET_CONVERSATION, conversation_id, owner, self._oldest_kept()
+            )
+            if row is None:
+                return None
+            ascending = order == "asc"
+            start = -1 if ascending else 2**63 - 1
+            if after is not None:
+                start = await db.fetchval(sql.ITEM_SEQ, conversation_id, after)
+                if start is None:
+                    return ItemPage([], False, after_missing=True)
+            query = sql.ITEMS_AFTER if ascending else sql.ITEMS_BEFORE
+            rows = await db.fetch(query, conversation_id, start, limit + 1)
+        items = await _decode_items(rows[:limit])
+        return ItemPage(items, len(rows) > limit)
+
+    async def _get_item(
+        self, pool: Any, conversation_id: str, owner: str | None, item_id: str
+    ) -> dict[str, Any] | None:
+        async with pool.acquire() as db, db.transaction(readonly=True, isolation="repeatable_read"):
+            row = await db.fetchrow(
+                sql.GET_CONVERSATION, conversation_id, owner, self._oldest_kept()
+            )
+            if row is None:
+                return None
+            data = await db.fetchval(sql.GET_ITEM, conversation_id, item_id)
+        if data is None:
+            return None
+        item: dict[str, Any] = orjson.loads(data)
+        return item
+
 
 async def _drop_oldest(db: Any, excess: int, *, newest: int) -> int:
     """Delete the oldest records (never `newest`) until `excess` bytes are freed, or all
@@ -369,7 +655,9 @@ async def _drop_oldest(db: Any, excess: int, *, newest: int) -> int:
         after = page[-1][0]
     if cutoff is None:
         return 0
-    return sum(r[0] for r in await db.fetch(sql.DROP_UP_TO, cutoff, newest))
+    dropped: int = sum(r[0] for r in await db.fetch(sql.DROP_UP_TO, cutoff, newest))
+    dropped += sum(r[0] for r in await db.fetch(sql.DROP_CONVERSATIONS_UP_TO, cutoff, newest))
+    return dropped
 
 
 async def _decode(rows: list[Any]) -> list[StoredResponse]:
@@ -389,6 +677,25 @@ def _record(row: Any) -> StoredResponse:
         size=row[4],
         response=data["response"],
         input_items=data["input_items"],
+    )
+
+
+async def _decode_items(rows: list[Any]) -> list[dict[str, Any]]:
+    """Items from (size, data) rows; many bytes of them decoded in a worker thread."""
+    if sum(row[0] for row in rows) > _DECODE_OFF_LOOP_BYTES:
+        return await asyncio.to_thread(lambda: [orjson.loads(row[1]) for row in rows])
+    return [orjson.loads(row[1]) for row in rows]
+
+
+def _conversation(row: Any) -> StoredConversation:
+    return StoredConversation(
+        id=row[0],
+        owner=row[1],
+        created_at=row[2],
+        updated_at=row[3],
+        size=row[4],
+        items=row[5],
+        metadata=orjson.loads(row[6])["metadata"],
     )
 
 

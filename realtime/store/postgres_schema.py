@@ -32,7 +32,33 @@ MIGRATIONS: tuple[str, ...] = (
     INSERT INTO realtime_usage VALUES (TRUE, 0);
     CREATE TABLE realtime_meta (key TEXT PRIMARY KEY, value BYTEA NOT NULL);
     """,
-    # 2: background responses not yet finished, by the runner (server) that runs them;
+    # 2: conversations: a header row each, in the responses' sequence (a write takes the
+    #    next number), and a row per item (deleted with their conversation).
+    """
+    CREATE TABLE realtime_conversations (
+        id TEXT PRIMARY KEY,
+        seq BIGINT NOT NULL UNIQUE DEFAULT nextval('realtime_responses_seq_seq'),
+        owner TEXT,
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        size BIGINT NOT NULL,
+        items BIGINT NOT NULL,
+        metadata BYTEA NOT NULL
+    );
+    CREATE INDEX realtime_conversations_updated_at ON realtime_conversations (updated_at);
+    CREATE TABLE realtime_conversation_items (
+        seq BIGSERIAL PRIMARY KEY,
+        conversation_id TEXT NOT NULL
+            REFERENCES realtime_conversations (id) ON DELETE CASCADE,
+        id TEXT NOT NULL,
+        size BIGINT NOT NULL,
+        data BYTEA NOT NULL,
+        UNIQUE (conversation_id, id)
+    );
+    CREATE INDEX realtime_conversation_items_order
+        ON realtime_conversation_items (conversation_id, seq);
+    """,
+    # 3: background responses not yet finished, by the runner (server) that runs them;
     #    a row goes with its response (deleted, expired or put again).
     """
     CREATE TABLE realtime_background (
@@ -81,11 +107,66 @@ DELETE = (
     " WHERE id = $1 AND owner IS NOT DISTINCT FROM $2 AND created_at >= $3 RETURNING size"
 )
 EXPIRE = "DELETE FROM realtime_responses WHERE created_at < $1 RETURNING size"
-#: The oldest records but the newest, a page at a time, to find what the byte limit drops.
-OLDEST = (
-    "SELECT seq, size FROM realtime_responses WHERE seq <> $1 AND seq > $2 ORDER BY seq LIMIT 256"
-)
+EXPIRE_CONVERSATIONS = "DELETE FROM realtime_conversations WHERE updated_at < $1 RETURNING size"
+#: The oldest records (responses and conversations) but the newest, a page at a time, to
+#: find what the byte limit drops.
+OLDEST = """
+SELECT seq, size FROM (
+    SELECT seq, size FROM realtime_responses
+    UNION ALL SELECT seq, size FROM realtime_conversations
+) AS records WHERE seq <> $1 AND seq > $2 ORDER BY seq LIMIT 256
+"""
 DROP_UP_TO = "DELETE FROM realtime_responses WHERE seq <= $1 AND seq <> $2 RETURNING size"
+DROP_CONVERSATIONS_UP_TO = (
+    "DELETE FROM realtime_conversations WHERE seq <= $1 AND seq <> $2 RETURNING size"
+)
+
+# --- conversations ---
+
+_CONVERSATION_COLUMNS = "id, owner, created_at, updated_at, size, items, metadata"
+CREATE_CONVERSATION = (
+    f"INSERT INTO realtime_conversations ({_CONVERSATION_COLUMNS})"
+    " VALUES ($1, $2, $3, $4, $5, 0, $6)"
+)
+GET_CONVERSATION = (
+    f"SELECT {_CONVERSATION_COLUMNS} FROM realtime_conversations"
+    " WHERE id = $1 AND owner IS NOT DISTINCT FROM $2 AND updated_at >= $3"
+)
+#: A write: the next sequence number, the age counted again, the size and count moved.
+TOUCH_CONVERSATION = f"""
+UPDATE realtime_conversations
+SET seq = nextval('realtime_responses_seq_seq'), updated_at = $2,
+    size = size + $3, items = items + $4, metadata = COALESCE($5, metadata)
+WHERE id = $1
+RETURNING seq, {_CONVERSATION_COLUMNS}
+"""
+DELETE_CONVERSATION = (
+    "DELETE FROM realtime_conversations"
+    " WHERE id = $1 AND owner IS NOT DISTINCT FROM $2 AND updated_at >= $3 RETURNING size"
+)
+EXISTING_ITEMS = (
+    "SELECT id FROM realtime_conversation_items WHERE conversation_id = $1 AND id = ANY($2)"
+)
+INSERT_ITEM = (
+    "INSERT INTO realtime_conversation_items (conversation_id, id, size, data)"
+    " VALUES ($1, $2, $3, $4)"
+)
+ALL_ITEMS = (
+    "SELECT size, data FROM realtime_conversation_items WHERE conversation_id = $1 ORDER BY seq"
+)
+ITEM_SEQ = "SELECT seq FROM realtime_conversation_items WHERE conversation_id = $1 AND id = $2"
+ITEMS_AFTER = (
+    "SELECT size, data FROM realtime_conversation_items WHERE conversation_id = $1"
+    " AND seq > $2 ORDER BY seq LIMIT $3"
+)
+ITEMS_BEFORE = (
+    "SELECT size, data FROM realtime_conversation_items WHERE conversation_id = $1"
+    " AND seq < $2 ORDER BY seq DESC LIMIT $3"
+)
+GET_ITEM = "SELECT data FROM realtime_conversation_items WHERE conversation_id = $1 AND id = $2"
+DELETE_ITEM = (
+    "DELETE FROM realtime_conversation_items WHERE conversation_id = $1 AND id = $2 RETURNING size"
+)
 
 ADD_RUNNER = "INSERT INTO realtime_background (id, runner) VALUES ($1, $2)"
 UNFINISHED = (

@@ -29,7 +29,14 @@ is removed); the table is created when missing, so files of schema 2 gain it
 when opened.
 
 Files written by the first version (schema 1: no `seq`) are migrated when opened,
-their records in the order of their `created_at`.
+their records in the order of their `created_at`; schema 2 files get the
+conversation tables (schema 3) when opened.
+
+Conversations (`conversations.py`): a row per conversation (its header, its total
+size and its place in the sequence) and a row per item. The sequence is shared:
+every write (a response put, any write to a conversation) takes one more than
+the largest `seq` of both tables, inside its transaction, so the byte limit drops
+responses and whole conversations oldest first.
 """
 
 from __future__ import annotations
@@ -58,13 +65,20 @@ from realtime.store.base import (
     StoreError,
     fingerprint,
 )
+from realtime.store.conversations import (
+    ConversationItems,
+    DuplicateItemError,
+    ItemPage,
+    StoredConversation,
+    encode_item,
+)
 
 log = logging.getLogger("realtime.dialects.responses")
 
 T = TypeVar("T")
 
 FILENAME = "responses.sqlite3"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Seconds between age checks while writing.
 _AGE_CHECK_SECONDS = 60.0
 
@@ -82,7 +96,35 @@ CREATE INDEX IF NOT EXISTS responses_created_at ON responses (created_at);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS background (id TEXT PRIMARY KEY, runner TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS background_runner ON background (runner);
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL UNIQUE,
+    owner TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    size INTEGER NOT NULL,
+    items INTEGER NOT NULL,
+    metadata BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS conversations_updated_at ON conversations (updated_at);
+CREATE TABLE IF NOT EXISTS conversation_items (
+    seq INTEGER PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    UNIQUE (conversation_id, id)
+);
+CREATE INDEX IF NOT EXISTS conversation_items_order ON conversation_items (conversation_id, seq);
 """
+
+#: The next number of the sequence both tables share.
+_NEXT_SEQ = """
+SELECT COALESCE(MAX(m), 0) + 1 FROM (
+    SELECT MAX(seq) AS m FROM responses UNION ALL SELECT MAX(seq) FROM conversations
+)
+"""
+_CONVERSATION_COLUMNS = "id, owner, created_at, updated_at, size, items, metadata"
 
 #: Schema 1 -> 2: the same rows, numbered in the order of their creation.
 _MIGRATE_1 = f"""
@@ -144,6 +186,8 @@ class SQLiteResponseStore:
         #: bytes of the file's records (kept by the writer)
         self.bytes = 0
         self._last_age_check = 0.0
+        #: the sequence number of the conversation a write just wrote (writer's thread)
+        self._written_seq: int | None = None
         try:
             self._secret: bytes = self._writer.submit(self._open).result()
             self._reader.submit(self._open_reader).result()
@@ -255,7 +299,7 @@ class SQLiteResponseStore:
         if secret is None:
             secret = (secrets.token_bytes(32),)
             db.execute("INSERT INTO meta (key, value) VALUES ('owner_secret', ?)", secret)
-        self.bytes = db.execute("SELECT COALESCE(SUM(size), 0) FROM responses").fetchone()[0]
+        self.bytes = self._total_bytes()
         self._prune(newest=None)
         return bytes(secret[0])
 
@@ -268,9 +312,11 @@ class SQLiteResponseStore:
             if old is not None:  # put again: the newest, with a new sequence number
                 db.execute("DELETE FROM responses WHERE id = ?", (record.id,))
             seq = db.execute(
-                "INSERT INTO responses (id, owner, previous_response_id, created_at, size, data)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO responses"
+                " (seq, id, owner, previous_response_id, created_at, size, data)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
+                    db.execute(_NEXT_SEQ).fetchone()[0],
                     record.id,
                     record.owner,
                     record.previous_response_id,
@@ -315,20 +361,30 @@ class SQLiteResponseStore:
         deleted = 0
         with _transaction(db):
             if self.max_age_seconds:
+                oldest = self._oldest_kept()
                 deleted += db.execute(
-                    "DELETE FROM responses WHERE created_at < ?", (self._oldest_kept(),)
+                    "DELETE FROM responses WHERE created_at < ?", (oldest,)
+                ).rowcount
+                db.execute(
+                    "DELETE FROM conversation_items WHERE conversation_id IN"
+                    " (SELECT id FROM conversations WHERE updated_at < ?)",
+                    (oldest,),
+                )
+                deleted += db.execute(
+                    "DELETE FROM conversations WHERE updated_at < ?", (oldest,)
                 ).rowcount
             if deleted:
-                self.bytes = db.execute("SELECT COALESCE(SUM(size), 0) FROM responses").fetchone()[
-                    0
-                ]
+                self.bytes = self._total_bytes()
             if self.max_bytes and self.bytes > self.max_bytes:
-                # Walk from the oldest, summing sizes, up to what must go.
+                # Walk from the oldest (responses and conversations), summing sizes, up
+                # to what must go.
                 excess = self.bytes - self.max_bytes
+                keep = newest if newest is not None else -1
                 cutoff, freed = None, 0
                 for seq, size in db.execute(
-                    "SELECT seq, size FROM responses WHERE seq != ? ORDER BY seq",
-                    (newest if newest is not None else -1,),
+                    "SELECT seq, size FROM responses WHERE seq != ? UNION ALL"
+                    " SELECT seq, size FROM conversations WHERE seq != ? ORDER BY 1",
+                    (keep, keep),
                 ):
                     freed += size
                     cutoff = seq
@@ -336,15 +392,33 @@ class SQLiteResponseStore:
                         break
                 if cutoff is not None:
                     deleted += db.execute(
-                        "DELETE FROM responses WHERE seq <= ? AND seq != ?",
-                        (cutoff, newest if newest is not None else -1),
+                        "DELETE FROM responses WHERE seq <= ? AND seq != ?", (cutoff, keep)
+                    ).rowcount
+                    db.execute(
+                        "DELETE FROM conversation_items WHERE conversation_id IN (SELECT id"
+                        " FROM conversations WHERE seq <= ? AND seq != ?)",
+                        (cutoff, keep),
+                    )
+                    deleted += db.execute(
+                        "DELETE FROM conversations WHERE seq <= ? AND seq != ?", (cutoff, keep)
                     ).rowcount
                     self.bytes -= freed
             if deleted:
                 db.execute("DELETE FROM background WHERE id NOT IN (SELECT id FROM responses)")
         if deleted:
             db.execute("PRAGMA incremental_vacuum")
-            log.info("response store: %d expired or over-limit responses deleted", deleted)
+            log.info(
+                "response store: %d expired or over-limit responses or conversations deleted",
+                deleted,
+            )
+
+    def _total_bytes(self) -> int:
+        assert self._db is not None
+        total: int = self._db.execute(
+            "SELECT (SELECT COALESCE(SUM(size), 0) FROM responses)"
+            " + (SELECT COALESCE(SUM(size), 0) FROM conversations)"
+        ).fetchone()[0]
+        return total
 
     def _close_writer(self) -> None:
         if self._db is not None:
@@ -394,6 +468,335 @@ class SQLiteResponseStore:
 
     def _oldest_kept(self) -> float:
         return self._clock() - self.max_age_seconds if self.max_age_seconds else float("-inf")
+
+    # --- conversations (`conversations.py`): writes on the writer, reads on the reader ---
+
+    async def create_conversation(
+        self, conversation: StoredConversation, items: list[dict[str, Any]]
+    ) -> None:
+        await self._write_conversation(self._create_conversation, conversation, items)
+
+    async def get_conversation(
+        self, conversation_id: str, owner: str | None
+    ) -> StoredConversation | None:
+        return await self._read(self._get_conversation, conversation_id, owner)
+
+    async def update_conversation(
+        self, conversation_id: str, owner: str | None, metadata: dict[str, str]
+    ) -> StoredConversation | None:
+        return await self._write_conversation(
+            self._update_conversation, conversation_id, owner, metadata
+        )
+
+    async def delete_conversation(self, conversation_id: str, owner: str | None) -> bool:
+        deleted: bool = await self._write_conversation(
+            self._delete_conversation, conversation_id, owner
+        )
+        return deleted
+
+    async def append_items(
+        self, conversation_id: str, owner: str | None, items: list[dict[str, Any]]
+    ) -> StoredConversation | None:
+        return await self._write_conversation(self._append_items, conversation_id, owner, items)
+
+    async def conversation_items(
+        self, conversation_id: str, owner: str | None, limit: int
+    ) -> ConversationItems | None:
+        return await self._read(self._conversation_items, conversation_id, owner, limit)
+
+    async def list_items(
+        self,
+        conversation_id: str,
+        owner: str | None,
+        *,
+        after: str | None,
+        limit: int,
+        order: str,
+    ) -> ItemPage | None:
+        return await self._read(self._list_items, conversation_id, owner, after, limit, order)
+
+    async def get_item(
+        self, conversation_id: str, owner: str | None, item_id: str
+    ) -> dict[str, Any] | None:
+        return await self._read(self._get_item, conversation_id, owner, item_id)
+
+    async def delete_item(self, conversation_id: str, owner: str | None, item_id: str) -> bool:
+        deleted: bool = await self._write_conversation(
+            self._delete_item, conversation_id, owner, item_id
+        )
+        return deleted
+
+    async def _write_conversation(self, function: Callable[..., T], *args: Any) -> T:
+        """A conversation write on the writer's thread, bounded and awaited as `put` is."""
+        await self._room.acquire()
+        try:
+            if self._closed:
+                raise StoreError("the response store is closed")
+            write = asyncio.wrap_future(
+                self._writer.submit(self._conversation_write, function, *args)
+            )
+        except BaseException:
+            self._room.release()
+            raise
+        self._writes.add(write)  # type: ignore[arg-type]
+        write.add_done_callback(self._write_done)  # type: ignore[arg-type]
+        try:
+            return await asyncio.shield(write)
+        except (OSError, sqlite3.Error) as exc:
+            log.error("could not store a conversation: %s", exc)
+            raise StoreError(f"the conversation could not be stored: {exc}") from None
+
+    # on the writer's thread
+
+    def _conversation_write(self, function: Callable[..., T], *args: Any) -> T:
+        """`function` (one transaction), then the limits applied if it grew the store
+        past one (never to the conversation just written)."""
+        self._written_seq = None
+        result = function(*args)
+        newest = self._written_seq
+        if newest is not None and (
+            (self.max_bytes and self.bytes > self.max_bytes)
+            or self._clock() - self._last_age_check > _AGE_CHECK_SECONDS
+        ):
+            self._prune(newest=newest)
+        return result
+
+    def _create_conversation(
+        self, conversation: StoredConversation, items: list[dict[str, Any]]
+    ) -> None:
+        assert self._db is not None
+        db = self._db
+        header = conversation.encode()
+        with _transaction(db):
+            db.execute(
+                f"INSERT INTO conversations (seq, {_CONVERSATION_COLUMNS})"
+                " VALUES (?, ?, ?, ?, ?, ?, 0, ?)",
+                (
+                    db.execute(_NEXT_SEQ).fetchone()[0],
+                    conversation.id,
+                    conversation.owner,
+                    conversation.created_at,
+                    self._clock(),
+                    len(header),
+                    header,
+                ),
+            )
+            added = self._add_items(conversation.id, items)
+            self._refresh(conversation)
+        self.bytes += len(header) + added  # counted once committed
+
+    def _update_conversation(
+        self, conversation_id: str, owner: str | None, metadata: dict[str, str]
+    ) -> StoredConversation | None:
+        assert self._db is not None
+        db = self._db
+        with _transaction(db):
+            found = self._find_conversation(db, conversation_id, owner)
+            if found is None:
+                return None
+            old = len(found.encode())
+            found.metadata = dict(metadata)
+            header = found.encode()
+            db.execute(
+                "UPDATE conversations SET metadata = ?, size = size + ? WHERE id = ?",
+                (header, len(header) - old, conversation_id),
+            )
+            self._touch(conversation_id)
+            self._refresh(found)
+        self.bytes += len(header) - old
+        return found
+
+    def _delete_conversation(self, conversation_id: str, owner: str | None) -> bool:
+        assert self._db is not None
+        db = self._db
+        with _transaction(db):
+            found = self._find_conversation(db, conversation_id, owner)
+            if found is None:
+                return False
+            db.execute("DELETE FROM conversation_items WHERE conversation_id = ?", (found.id,))
+            db.execute("DELETE FROM conversations WHERE id = ?", (found.id,))
+        self.bytes -= found.size
+        return True
+
+    def _append_items(
+        self, conversation_id: str, owner: str | None, items: list[dict[str, Any]]
+    ) -> StoredConversation | None:
+        assert self._db is not None
+        db = self._db
+        with _transaction(db):
+            found = self._find_conversation(db, conversation_id, owner)
+            if found is None:
+                return None
+            added = self._add_items(conversation_id, items)
+            self._touch(conversation_id)
+            self._refresh(found)
+        self.bytes += added
+        return found
+
+    def _delete_item(self, conversation_id: str, owner: str | None, item_id: str) -> bool:
+        assert self._db is not None
+        db = self._db
+        with _transaction(db):
+            found = self._find_conversation(db, conversation_id, owner)
+            if found is None:
+                return False
+            row = db.execute(
+                "DELETE FROM conversation_items WHERE conversation_id = ? AND id = ?"
+                " RETURNING size",
+                (conversation_id, item_id),
+            ).fetchone()
+            if row is None:
+                return False
+            db.execute(
+                "UPDATE conversations SET size = size - ?, items = items - 1 WHERE id = ?",
+                (row[0], conversation_id),
+            )
+            self._touch(conversation_id)
+        self.bytes -= row[0]
+        return True
+
+    def _add_items(self, conversation_id: str, items: list[dict[str, Any]]) -> int:
+        """Insert `items` (in the caller's transaction), their bytes; a repeated id raises
+        DuplicateItemError, and the transaction rolls back."""
+        assert self._db is not None
+        db = self._db
+        total = 0
+        for item in items:
+            data = encode_item(item)
+            try:
+                db.execute(
+                    "INSERT INTO conversation_items (conversation_id, id, size, data)"
+                    " VALUES (?, ?, ?, ?)",
+                    (conversation_id, item["id"], len(data), data),
+                )
+            except sqlite3.IntegrityError:
+                raise DuplicateItemError(item["id"]) from None
+            total += len(data)
+        db.execute(
+            "UPDATE conversations SET size = size + ?, items = items + ? WHERE id = ?",
+            (total, len(items), conversation_id),
+        )
+        return total
+
+    def _touch(self, conversation_id: str) -> None:
+        """A write: the conversation takes the next sequence number; its age starts again."""
+        assert self._db is not None
+        db = self._db
+        db.execute(
+            "UPDATE conversations SET seq = (" + _NEXT_SEQ + "), updated_at = ? WHERE id = ?",
+            (self._clock(), conversation_id),
+        )
+
+    def _refresh(self, conversation: StoredConversation) -> None:
+        """Read back what the store set (size, items, updated_at, its sequence number for
+        `_conversation_write`). In the caller's transaction."""
+        assert self._db is not None
+        row = self._db.execute(
+            "SELECT seq, size, items, updated_at FROM conversations WHERE id = ?",
+            (conversation.id,),
+        ).fetchone()
+        self._written_seq, conversation.size, conversation.items, conversation.updated_at = row
+
+    # on the reader's thread (and the writer's, inside its transactions)
+
+    def _find_conversation(
+        self, db: sqlite3.Connection, conversation_id: str, owner: str | None
+    ) -> StoredConversation | None:
+        row = db.execute(
+            f"SELECT {_CONVERSATION_COLUMNS} FROM conversations"
+            " WHERE id = ? AND owner IS ? AND updated_at >= ?",
+            (conversation_id, owner, self._oldest_kept()),
+        ).fetchone()
+        return _conversation(row) if row is not None else None
+
+    def _get_conversation(
+        self, conversation_id: str, owner: str | None
+    ) -> StoredConversation | None:
+        assert self._read_db is not None
+        return self._find_conversation(self._read_db, conversation_id, owner)
+
+    def _conversation_items(
+        self, conversation_id: str, owner: str | None, limit: int
+    ) -> ConversationItems | None:
+        assert self._read_db is not None
+        db = self._read_db
+        with _snapshot(db):
+            found = self._find_conversation(db, conversation_id, owner)
+            if found is None:
+                return None
+            if found.items > limit:
+                return ConversationItems(found, truncated=True)
+            rows = db.execute(
+                "SELECT data FROM conversation_items WHERE conversation_id = ? ORDER BY seq",
+                (conversation_id,),
+            ).fetchall()
+        return ConversationItems(found, [orjson.loads(row[0]) for row in rows])
+
+    def _list_items(
+        self, conversation_id: str, owner: str | None, after: str | None, limit: int, order: str
+    ) -> ItemPage | None:
+        assert self._read_db is not None
+        db = self._read_db
+        with _snapshot(db):
+            if self._find_conversation(db, conversation_id, owner) is None:
+                return None
+            ascending = order == "asc"
+            start = -1 if ascending else 2**63 - 1
+            if after is not None:
+                row = db.execute(
+                    "SELECT seq FROM conversation_items WHERE conversation_id = ? AND id = ?",
+                    (conversation_id, after),
+                ).fetchone()
+                if row is None:
+                    return ItemPage([], False, after_missing=True)
+                start = row[0]
+            rows = db.execute(
+                "SELECT data FROM conversation_items WHERE conversation_id = ? AND "
+                + ("seq > ? ORDER BY seq" if ascending else "seq < ? ORDER BY seq DESC")
+                + " LIMIT ?",
+                (conversation_id, start, limit + 1),
+            ).fetchall()
+        items = [orjson.loads(row[0]) for row in rows[:limit]]
+        return ItemPage(items, len(rows) > limit)
+
+    def _get_item(
+        self, conversation_id: str, owner: str | None, item_id: str
+    ) -> dict[str, Any] | None:
+        assert self._read_db is not None
+        db = self._read_db
+        with _snapshot(db):
+            if self._find_conversation(db, conversation_id, owner) is None:
+                return None
+            row = db.execute(
+                "SELECT data FROM conversation_items WHERE conversation_id = ? AND id = ?",
+                (conversation_id, item_id),
+            ).fetchone()
+        if row is None:
+            return None
+        item: dict[str, Any] = orjson.loads(row[0])
+        return item
+
+
+@contextlib.contextmanager
+def _snapshot(db: sqlite3.Connection) -> Iterator[None]:
+    """One read transaction: the reads inside see one state of the file."""
+    db.execute("BEGIN")
+    try:
+        yield
+    finally:
+        db.execute("COMMIT")
+
+
+def _conversation(row: tuple[Any, ...]) -> StoredConversation:
+    return StoredConversation(
+        id=row[0],
+        owner=row[1],
+        created_at=row[2],
+        updated_at=row[3],
+        size=row[4],
+        items=row[5],
+        metadata=orjson.loads(row[6])["metadata"],
+    )
 
 
 @contextlib.contextmanager

@@ -342,6 +342,49 @@ def deep_responses(draw: st.DrawFn) -> str:
 hostile_responses_bodies = st.one_of(deep_responses(), odd_responses())
 
 
+# --- /v1/conversations (create, update, items create) ---
+
+#: The bodies' fields (`conversations.create`, `.update`, `items.create`), and nonsense.
+CONVERSATION_FIELDS = ("items", "metadata", "x")
+
+
+@st.composite
+def odd_conversation(draw: st.DrawFn) -> str:
+    """A conversation body with odd fields, odd items, too many items, or odd metadata."""
+    body: dict[str, Any] = {}
+    for name in draw(st.lists(st.sampled_from(CONVERSATION_FIELDS), max_size=3)):
+        body[name] = draw(json_values | wide_value())
+    if draw(st.booleans()):
+        body["items"] = draw(st.lists(odd_item(), max_size=3))
+    if draw(st.booleans()):
+        body["items"] = [{"role": "user", "content": "x"}] * draw(st.integers(0, 25))
+    if draw(st.booleans()):
+        body["metadata"] = draw(
+            st.dictionaries(st.text(max_size=70), st.text(max_size=600) | json_values, max_size=18)
+        )
+    return json.dumps(body)
+
+
+_DEEP_CONVERSATION_PLACES = [
+    lambda body: body.update(metadata=_HOLE),
+    lambda body: body.update(items=[{"role": "user", "content": _HOLE}]),
+    lambda body: body.update(
+        items=[{"type": "function_call", "call_id": "c", "name": "f", "arguments": _HOLE}]
+    ),
+    lambda body: body.update(items=_HOLE),
+]
+
+
+@st.composite
+def deep_conversation(draw: st.DrawFn) -> str:
+    body: dict[str, Any] = {"items": []}
+    draw(st.sampled_from(_DEEP_CONVERSATION_PLACES))(body)
+    return _fill(body, draw(deep_text()))
+
+
+hostile_conversation_bodies = st.one_of(deep_conversation(), odd_conversation())
+
+
 # --- /v1/messages ---
 
 #: Every body field of Anthropic's `messages.create` (its beta's included) and a few more.

@@ -23,6 +23,7 @@ import json
 import logging
 import threading
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -37,8 +38,10 @@ from tests.fuzz.hostile_json import (
     hostile_chat_bodies,
     hostile_compaction_bodies,
     hostile_completion_bodies,
+    hostile_conversation_bodies,
     hostile_messages_bodies,
     hostile_responses_bodies,
+    json_values,
 )
 
 EXAMPLES = 300
@@ -377,6 +380,109 @@ def test_fuzzed_stored_response_routes_never_get_a_5xx(
         client.close()
     assert stats.get("404", 0) > 10 and stats.get("400", 0) > 10 and "200" in stats, stats
     assert stats.get("resumed", 0) > 0, stats  # a background response was streamed again
+    assert not error_log.records, [r.getMessage() for r in error_log.records]
+
+
+def _check_conversation_answer(answer: httpx.Response, stats: dict[str, int]) -> None:
+    assert answer.status_code < 500, (answer.status_code, answer.text[:300])
+    stats[str(answer.status_code)] = stats.get(str(answer.status_code), 0) + 1
+    body = answer.json()
+    if answer.status_code >= 400:
+        assert set(body["error"]) == ERROR_KEYS, body
+        _check_clean(body["error"]["message"])
+    elif "object" not in body:  # one item (`GET .../items/{item_id}`)
+        assert body["id"] and body["type"] == "message", body
+    else:
+        assert body["object"] in ("conversation", "conversation.deleted", "list", "response")
+
+
+def test_fuzzed_conversation_bodies_never_get_a_5xx(
+    fuzz_server: RunningServer, error_log: ErrorLog
+) -> None:
+    """POST /v1/conversations, its update and its items' create: odd fields, odd items,
+    too many, odd metadata, deep JSON; and responses whose `conversation` is odd."""
+    client = httpx.Client(base_url=fuzz_server.http_url, timeout=30)
+    real = client.post("/v1/conversations", json={}).json()["id"]
+    headers = {"content-type": "application/json"}
+    stats: dict[str, int] = {}
+    paths = st.sampled_from(
+        ["/v1/conversations", f"/v1/conversations/{real}", f"/v1/conversations/{real}/items"]
+    )
+    conversations = st.sampled_from([real, {"id": real}, "conv_x", "", {"id": ""}]) | json_values
+
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(paths, hostile_conversation_bodies, conversations, st.booleans())
+    def one_body(path: str, body: str, conversation: Any, respond: bool) -> None:
+        if respond:  # a response in a conversation, odd or real
+            data = {"model": "echo", "input": "x", "max_output_tokens": 2}
+            answer = client.post("/v1/responses", json={**data, "conversation": conversation})
+        else:
+            answer = client.post(path, content=body, headers=headers)
+        _check_conversation_answer(answer, stats)
+
+    try:
+        one_body()
+        listed = client.get(f"/v1/conversations/{real}/items", params={"limit": 100})
+        assert listed.status_code == 200, listed.text
+    finally:
+        client.close()
+    assert stats.get("400", 0) > EXAMPLES // 3 and stats.get("200", 0) > 10, stats
+    assert not error_log.records, [r.getMessage() for r in error_log.records]
+
+
+def test_fuzzed_conversation_routes_never_get_a_5xx(
+    fuzz_server: RunningServer, error_log: ErrorLog
+) -> None:
+    """Every conversation route with odd ids (real, unknown, huge, percent-encoded) and odd
+    query strings."""
+    client = httpx.Client(base_url=fuzz_server.http_url, timeout=30)
+    real = [
+        client.post(
+            "/v1/conversations", json={"items": [{"role": "user", "content": f"kept {i}"}]}
+        ).json()["id"]
+        for i in range(3)
+    ]
+    item_ids = [client.get(f"/v1/conversations/{c}/items").json()["data"][0]["id"] for c in real]
+    stats: dict[str, int] = {}
+    odd = st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=300)
+    ids = st.one_of(st.sampled_from(real), odd, st.just("conv_" + "0" * 5000))
+    items = st.one_of(st.sampled_from(item_ids), odd)
+    routes = st.sampled_from(
+        [("GET", ""), ("DELETE", ""), ("GET", "/items"), ("GET", "/items/"),
+         ("DELETE", "/items/")]
+    )  # fmt: skip
+    queries = st.lists(st.tuples(st.sampled_from(_QUERY_NAMES), _QUERY_VALUES), max_size=4)
+
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(ids, items, routes, queries)
+    def one_call(
+        conversation_id: str, item_id: str, route: tuple[str, str], query: list[tuple[str, str]]
+    ) -> None:
+        method, suffix = route
+        url = "/v1/conversations/" + quote(conversation_id, safe="") + suffix
+        if suffix.endswith("/"):
+            url += quote(item_id, safe="")
+        _check_conversation_answer(client.request(method, url, params=query), stats)
+
+    try:
+        one_call()
+    finally:
+        client.close()
+    assert stats.get("404", 0) > 10 and stats.get("400", 0) > 10 and "200" in stats, stats
     assert not error_log.records, [r.getMessage() for r in error_log.records]
 
 

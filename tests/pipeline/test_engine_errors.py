@@ -15,7 +15,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
-from realtime.dialects.chat.build import completion_generation
+from realtime.dialects.chat.completion_run import CompletionRun
 from realtime.dialects.chat.completions import parse_completion_request
 from realtime.dialects.chat.request import parse_chat_request
 from realtime.dialects.chat.run import ChatRun
@@ -156,11 +156,11 @@ def test_both_pipelines_raise_the_client_form(
     prepared = ChatRun.prepare(chat_pipeline, parse_chat_request(body))
     with pytest.raises(kind) as from_chat:
         asyncio.run(_drain(prepared.stream()))
-    prepared_text = completions.prepare(
-        completion_generation(parse_completion_request({"model": "echo", "prompt": "a b c"}))
+    run = CompletionRun.prepare(
+        completions, parse_completion_request({"model": "echo", "prompt": "a b c"})
     )
     with pytest.raises(kind) as from_completions:
-        asyncio.run(_drain(completions.stream(prepared_text)))
+        asyncio.run(_drain(run.stream()))
     assert (from_chat.value.code, from_chat.value.param) == (code, param)
     # Each API's error names the field its client sent: text completions' prompt is `prompt`.
     text_param = "prompt" if param == "messages" else param

@@ -5,12 +5,13 @@ a consumer that stops reading end the record without one. Echo engine, no socket
 from __future__ import annotations
 
 from contextlib import aclosing
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from realtime.chat.stops import StopMatcher
-from realtime.dialects.chat.build import completion_generation
+from realtime.dialects.chat.completion_run import CompletionRun
 from realtime.dialects.chat.completions import parse_completion_request
 from realtime.dialects.chat.request import parse_chat_request
 from realtime.dialects.chat.run import ChatRun
@@ -18,7 +19,7 @@ from realtime.engine.base import EngineRequest, StopConditions
 from realtime.engine.echo import EchoEngine
 from realtime.observability.vllm_metrics import VllmMetrics
 from realtime.pipeline import ChatPipeline
-from realtime.pipeline.completions import CompletionPipeline
+from realtime.pipeline.completions import ChoiceEcho, ChoiceFinish, ChoiceStep, CompletionPipeline
 from realtime.pipeline.generation import text_steps
 from realtime.protocol.errors import EngineError
 
@@ -105,8 +106,27 @@ async def test_both_pipelines_record_their_engine_requests(engine: EchoEngine) -
     await ChatRun.prepare(chat, parse_chat_request(body), stream=False).complete()
     completions = CompletionPipeline(chat)
     prompts = {"model": "echo", "prompt": ["one two", "three"], "max_tokens": 1}
-    generation = completion_generation(parse_completion_request(prompts))
-    await completions.complete(completions.prepare(generation, stream=False))
+    await CompletionRun.prepare(
+        completions, parse_completion_request(prompts), stream=False
+    ).complete()
     # The chat answer ends on the echo's last token; each prompt is cut at one token.
     assert successes(meter) == {"stop": 1, "length": 2}
     assert meter.in_flight == 0
+
+
+async def test_the_completions_pipeline_yields_typed_events_per_choice(engine: EchoEngine) -> None:
+    """No wire shapes leave the pipeline: each choice's echo, steps and finish, tagged
+    with its index (the chat dialect's `CompletionRun` makes the chunks)."""
+    completions = CompletionPipeline(ChatPipeline(engine))
+    body = {"model": "echo", "prompt": ["one two", "three"], "max_tokens": 2, "echo": True}
+    generation = CompletionRun.prepare(completions, parse_completion_request(body)).prepared
+    seen: dict[int, list[Any]] = {0: [], 1: []}
+    async with aclosing(completions.events(generation)) as events:
+        async for event in events:
+            seen[event.index].append(event)
+    for index, prompt in enumerate(["one two", "three"]):
+        kinds = [type(e) for e in seen[index]]
+        assert kinds[0] is ChoiceEcho and seen[index][0].text == prompt
+        assert kinds[-1] is ChoiceFinish and all(k is ChoiceStep for k in kinds[1:-1])
+        steps = [e.step for e in seen[index][1:-1]]
+        assert sum(len(s.token_ids) for s in steps) >= 1

@@ -81,6 +81,51 @@ def test_migrations_run_once_and_a_newer_schema_is_refused(postgres_url: str) ->
         PostgresResponseStore(postgres_url)
 
 
+def test_a_schema_1_database_gets_the_conversation_tables(postgres_url: str) -> None:
+    """Migration 2 on a database a release without conversations wrote: its response stays,
+    conversations work, and their sequence follows the responses' (one sequence)."""
+    from realtime.store import postgres_schema as sql
+    from realtime.store.conversations import StoredConversation
+
+    kept = record("r")
+    data = kept.encode()
+
+    async def schema_1() -> None:
+        import asyncpg
+
+        db = await asyncpg.connect(postgres_url)
+        try:
+            await db.execute(sql.CREATE_VERSION_TABLE)
+            await db.execute(sql.MIGRATIONS[0])
+            await db.execute("INSERT INTO realtime_schema (version) VALUES (1)")
+            await db.execute(sql.INSERT, "r", None, None, kept.created_at, len(data), data)
+            await db.execute(sql.SET_USAGE, len(data))
+        finally:
+            await db.close()
+
+    async def go() -> None:
+        store = PostgresResponseStore(postgres_url)  # this release: migrates to 2
+        found = await store.get("r", None)
+        assert found is not None and found.response == kept.response
+        item = {"id": "i", "type": "message", "role": "user", "content": []}
+        await store.create_conversation(StoredConversation("c", None, time.time()), [item])
+        assert await store.get_item("c", None, "i") == item
+        await store.close()
+
+    asyncio.run(schema_1())
+    asyncio.run(go())
+    rows = asyncio.run(_query(postgres_url, "SELECT version FROM realtime_schema"))
+    assert [row[0] for row in rows] == [SCHEMA_VERSION] == [2]
+    ((later,),) = asyncio.run(
+        _query(
+            postgres_url,
+            "SELECT (SELECT max(seq) FROM realtime_conversations)"
+            " > (SELECT max(seq) FROM realtime_responses)",
+        )
+    )
+    assert later is True
+
+
 def test_replicas_opening_at_once_migrate_once(postgres_cluster: ThrowawayPostgres) -> None:
     url = create_database(postgres_cluster, f"test_{os.getpid()}_together")
 

@@ -17,10 +17,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from realtime.store import MemoryResponseStore, ResponseStore, StoredResponse
 from realtime.store.base import StoreError
+from realtime.store.conversations import DuplicateItemError, StoredConversation
 from realtime.store.postgres import PostgresResponseStore
 from realtime.store.sqlite import FILENAME, SQLiteResponseStore
 
@@ -362,7 +364,210 @@ def test_sqlite_migrates_a_first_version_file_in_creation_order(tmp_path: Path) 
 
     run(go())
     with sqlite3.connect(tmp_path / FILENAME) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+
+
+# --- conversations (`realtime.store.conversations`): every store, the same promises ---
+
+
+def conversation(cid: str, owner: str | None = None, **metadata: str) -> StoredConversation:
+    return StoredConversation(id=cid, owner=owner, created_at=1_000_000.5, metadata=metadata)
+
+
+def item(iid: str, text: str = "x") -> dict[str, Any]:
+    return {"id": iid, "type": "message", "role": "user", "content": [{"text": text}]}
+
+
+def test_a_conversation_keeps_its_items_in_order_by_owner(make_store: StoreFactory) -> None:
+    async def go() -> None:
+        store = make_store()
+        alice, bob = store.owner(b"alice"), store.owner(b"bob")
+        made = conversation("c1", alice, topic="t")
+        await store.create_conversation(made, [item("a"), item("b")])
+        assert made.items == 2 and made.size > 0
+        found = await store.get_conversation("c1", alice)
+        assert found is not None and found.metadata == {"topic": "t"} and found.items == 2
+        shown = {"id": "c1", "object": "conversation", "created_at": 1_000_000}
+        assert found.as_object() == {**shown, "metadata": {"topic": "t"}}
+        assert await store.get_conversation("c1", bob) is None
+        assert await store.get_conversation("c1", None) is None
+        grown = await store.append_items("c1", alice, [item("c"), item("d")])
+        assert grown is not None and grown.items == 4
+        assert await store.append_items("c1", bob, [item("e")]) is None
+        context = await store.conversation_items("c1", alice, 10)
+        assert context is not None and [i["id"] for i in context.items] == ["a", "b", "c", "d"]
+        assert context.conversation.size == grown.size
+        too_many = await store.conversation_items("c1", alice, 3)
+        assert too_many is not None and too_many.truncated and too_many.items == []
+        assert await store.conversation_items("c1", bob, 10) is None
+        assert await store.get_item("c1", alice, "c") == item("c")
+        assert await store.get_item("c1", bob, "c") is None
+        assert await store.get_item("c1", alice, "zz") is None
+        await store.close()
+
+    run(go())
+
+
+def test_conversation_items_are_paged_both_ways(make_store: StoreFactory) -> None:
+    async def go() -> None:
+        store = make_store()
+        await store.create_conversation(conversation("c"), [item(f"i{n}") for n in range(5)])
+
+        async def ids(after: str | None, limit: int, order: str) -> tuple[list[str], bool]:
+            page = await store.list_items("c", None, after=after, limit=limit, order=order)
+            assert page is not None and not page.after_missing
+            return [i["id"] for i in page.items], page.has_more
+
+        assert await ids(None, 2, "asc") == (["i0", "i1"], True)
+        assert await ids("i1", 2, "asc") == (["i2", "i3"], True)
+        assert await ids("i3", 2, "asc") == (["i4"], False)
+        assert await ids(None, 3, "desc") == (["i4", "i3", "i2"], True)
+        assert await ids("i2", 3, "desc") == (["i1", "i0"], False)
+        assert await ids(None, 5, "asc") == ([f"i{n}" for n in range(5)], False)
+        missing = await store.list_items("c", None, after="nope", limit=2, order="asc")
+        assert missing is not None and missing.after_missing
+        other = store.owner(b"k")
+        assert await store.list_items("c", other, after=None, limit=2, order="asc") is None
+        page = await store.list_items("c", None, after=None, limit=2, order="asc")
+        assert page is not None and page.as_list()["first_id"] == "i0"
+        await store.close()
+
+    run(go())
+
+
+def test_conversation_writes_update_delete_and_refuse_a_repeated_id(
+    make_store: StoreFactory,
+) -> None:
+    async def go() -> None:
+        store = make_store()
+        await store.create_conversation(conversation("c", a="1"), [item("x")])
+        updated = await store.update_conversation("c", None, {"b": "2"})
+        assert updated is not None and updated.metadata == {"b": "2"}
+        assert (await store.get_conversation("c", None)).metadata == {"b": "2"}  # type: ignore[union-attr]
+        assert await store.update_conversation("c", store.owner(b"k"), {}) is None
+        with pytest.raises(DuplicateItemError) as raised:
+            await store.append_items("c", None, [item("y"), item("x")])
+        assert raised.value.item_id == "x"
+        after = await store.conversation_items("c", None, 10)
+        assert after is not None and [i["id"] for i in after.items] == ["x"]  # all or none
+        assert after.conversation.items == 1
+        assert not await store.delete_item("c", None, "nope")
+        assert not await store.delete_item("c", store.owner(b"k"), "x")
+        assert await store.delete_item("c", None, "x")
+        assert await store.get_item("c", None, "x") is None
+        emptied = await store.get_conversation("c", None)
+        assert emptied is not None and emptied.items == 0
+        assert emptied.size == len(emptied.encode())  # the header is all that is left
+        assert not await store.delete_conversation("c", store.owner(b"k"))
+        assert await store.delete_conversation("c", None)
+        assert await store.get_conversation("c", None) is None
+        assert await store.list_items("c", None, after=None, limit=5, order="asc") is None
+        assert not await store.delete_conversation("c", None)
+        await store.close()
+
+    run(go())
+
+
+def test_a_conversation_expires_a_max_age_after_its_last_write(make_store: StoreFactory) -> None:
+    clock = Clock()
+
+    async def go() -> None:
+        store = make_store(max_age_seconds=100, clock=clock)
+        await store.create_conversation(conversation("used"), [item("a")])
+        await store.create_conversation(conversation("idle"), [item("b")])
+        clock.now += 60
+        assert await store.append_items("used", None, [item("c")]) is not None
+        clock.now += 60  # idle: 120 s since its last write; used: 60 s
+        assert await store.get_conversation("idle", None) is None
+        assert await store.conversation_items("idle", None, 10) is None
+        assert await store.get_conversation("used", None) is not None
+        clock.now += 50
+        assert await store.get_conversation("used", None) is None
+        await store.close()
+
+    run(go())
+
+
+def test_conversations_and_responses_share_the_byte_limit_oldest_first(
+    make_store: StoreFactory,
+) -> None:
+    """The oldest write goes first, whole conversations included; a conversation written
+    to is the newest again; the one just written is never dropped."""
+    size = len(record("r0").encode())
+    one = len(orjson.dumps(item("i0"))) + len(conversation("c").encode())
+
+    async def go() -> None:
+        store = make_store(max_bytes=size * 2 + one + one // 2)
+        await store.put(record("r0"))
+        await store.create_conversation(conversation("c"), [item("i0")])
+        await store.put(record("r1"))
+        await store.append_items("c", None, [item("i1", "y" * 10)])  # c is the newest write
+        await store.put(record("r2"))  # over: r0 goes first, then r1
+        assert await store.get("r0", None) is None
+        assert await store.get_conversation("c", None) is not None
+        await store.put(record("r3", text="z" * (size * 3)))  # alone over the limit
+        assert await store.get("r3", None) is not None
+        assert await store.get_conversation("c", None) is None
+        assert await store.get_item("c", None, "i0") is None
+        big = [item(f"b{n}", "w" * size * 2) for n in range(3)]
+        await store.create_conversation(conversation("d"), big)  # the newest: kept, alone
+        assert (await store.conversation_items("d", None, 10)).items == big  # type: ignore[union-attr]
+        assert await store.get("r3", None) is None
+        await store.close()
+
+    run(go())
+
+
+def test_sqlite_keeps_conversations_across_a_restart(tmp_path: Path) -> None:
+    async def first() -> str | None:
+        store = SQLiteResponseStore(tmp_path, clock=Clock())
+        owner = store.owner(b"key")
+        await store.create_conversation(conversation("c", owner, k="v"), [item("a")])
+        await store.append_items("c", owner, [item("b")])
+        await store.close()
+        return owner
+
+    owner = run(first())
+
+    async def second() -> None:
+        store = SQLiteResponseStore(tmp_path, clock=Clock())
+        found = await store.conversation_items("c", owner, 10)
+        assert found is not None and [i["id"] for i in found.items] == ["a", "b"]
+        assert found.conversation.metadata == {"k": "v"}
+        await store.close()
+
+    run(second())
+
+
+def test_sqlite_adds_the_conversation_tables_to_a_schema_2_file(tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / FILENAME) as db:
+        db.executescript(
+            """
+            CREATE TABLE responses (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,
+                owner TEXT, previous_response_id TEXT, created_at REAL NOT NULL,
+                size INTEGER NOT NULL, data BLOB NOT NULL);
+            CREATE TABLE meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+            PRAGMA user_version = 2;
+            """
+        )
+        data = record("old").encode()
+        db.execute(
+            "INSERT INTO responses VALUES (7, 'old', NULL, NULL, 1000000.0, ?, ?)",
+            (len(data), data),
+        )
+
+    async def go() -> None:
+        store = SQLiteResponseStore(tmp_path, clock=Clock(), max_age_seconds=0)
+        assert await store.get("old", None) is not None
+        await store.create_conversation(conversation("c"), [item("a")])
+        assert await store.get_item("c", None, "a") == item("a")
+        await store.close()
+
+    run(go())
+    with sqlite3.connect(tmp_path / FILENAME) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+        seq = db.execute("SELECT seq FROM conversations").fetchone()[0]
+        assert seq > 7  # after the response: the sequence is shared
 
 
 def test_unfinished_lists_a_runners_background_responses_until_they_end(

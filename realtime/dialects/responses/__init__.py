@@ -7,6 +7,8 @@
     service.py       the one run both transports use (begin, build_prompt, events,
                      complete) over the chat pipeline, and the stored-response
                      operations (retrieve, input items, delete)
+    conversations.py the Conversations API, and a response's conversation (its
+                     items read as the context, the response's items appended)
     socket_codec.py  WebSocket mode's frames: client events in, lanes, error events
     socket_job.py    a WebSocket-mode response as a session job (the run, framed)
     dialect.py       WebSocket mode's dialect of the session core

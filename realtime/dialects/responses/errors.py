@@ -127,3 +127,26 @@ class BackgroundShutdownError(RealtimeError):
     error_type = "service_unavailable"
     default_code = "shutting_down"
     retryable = True
+
+
+class ConversationNotFoundError(InvalidRequestError):
+    """A conversation id that is not stored (or not visible to this key: the same answer)."""
+
+    status = 404
+    default_code = "conversation_not_found"
+
+    def __init__(self, conversation_id: str, param: str = "conversation_id"):
+        super().__init__(f"Conversation with id '{conversation_id}' not found.", param=param)
+
+
+class ConversationItemNotFoundError(InvalidRequestError):
+    """An item id that is not in the conversation."""
+
+    status = 404
+    default_code = "item_not_found"
+
+    def __init__(self, conversation_id: str, item_id: str):
+        super().__init__(
+            f"Item with id '{item_id}' not found in conversation '{conversation_id}'.",
+            param="item_id",
+        )

@@ -195,18 +195,19 @@ UNSUPPORTED_ITEMS = frozenset(
 )
 
 
-def normalize_input(raw: str | list[Any] | None) -> list[dict[str, Any]]:
-    """The request's `input` as items in normal form. Raises a 400 naming the bad field."""
+def normalize_input(raw: str | list[Any] | None, field: str = "input") -> list[dict[str, Any]]:
+    """The request's `input` (or another list of input items, `field`: a conversation's
+    `items`) as items in normal form. Raises a 400 naming the bad field."""
     if raw is None:
         return []
     if isinstance(raw, str):
         return [_message("user", [{"type": "input_text", "text": raw}], None, None)]
-    items = [_normalize_item(item, f"input.{index}") for index, item in enumerate(raw)]
-    _check_unique_ids(items)
+    items = [_normalize_item(item, f"{field}.{index}") for index, item in enumerate(raw)]
+    _check_unique_ids(items, field)
     return items
 
 
-def _check_unique_ids(items: list[dict[str, Any]]) -> None:
+def _check_unique_ids(items: list[dict[str, Any]], field: str = "input") -> None:
     """Ids are unique within a response: an id given twice is a 400 naming the second.
 
     (An item is found by its id: `input_items`' `after` cursor, a client's own
@@ -217,9 +218,9 @@ def _check_unique_ids(items: list[dict[str, Any]]) -> None:
         item_id = item["id"]
         if item_id in seen:
             raise InvalidRequestError(
-                f"Duplicate item id {item_id!r} in input: input.{index}.id repeats an"
+                f"Duplicate item id {item_id!r} in {field}: {field}.{index}.id repeats an"
                 " earlier item's id; item ids must be unique within a response",
-                param=f"input.{index}.id",
+                param=f"{field}.{index}.id",
                 code="duplicate_item_id",
             )
         seen.add(item_id)

@@ -22,7 +22,7 @@ def new_response(
         text["format"] = request.text.format.model_dump(by_alias=True, exclude_none=True)
     if request.text is not None and request.text.verbosity is not None:
         text["verbosity"] = request.text.verbosity
-    return {
+    response: dict[str, Any] = {
         "id": response_id,
         "object": "response",
         "created_at": int(time.time()) if created_at is None else created_at,
@@ -53,7 +53,10 @@ def new_response(
         "tools": request.function_tools.echo,
         "top_logprobs": request.top_logprobs,
         "top_p": request.top_p,
-        "truncation": "disabled",
+        "truncation": request.truncation or "disabled",
         "usage": None,
         "user": request.user,
     }
+    if request.conversation_id is not None:
+        response["conversation"] = {"id": request.conversation_id}
+    return response

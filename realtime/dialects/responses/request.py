@@ -13,7 +13,8 @@ in one of three groups:
   `include` (`message.output_text.logprobs`, `reasoning.encrypted_content`),
   `top_logprobs`, `prompt_cache_key` (the request's cache scope over HTTP),
   `reasoning.effort` (`none` / `minimal` turn the template's thinking switch off,
-  the others on), and
+  the others on), `conversation` (a stored conversation, `conversations.py`: its
+  items come before the input, and the response's items are added to it), and
   this server's extension `nvext.agent_hints.speculative_prefill` (warm the next
   turn, as chat);
 * accepted, no effect on a self-hosted text model (kept so SDK defaults and agent
@@ -21,7 +22,6 @@ in one of three groups:
   `prompt_cache_retention`, `prompt_cache_options` (without `prewarm`),
   `service_tier`, the other `reasoning` fields (`summary`...), `text.verbosity`,
   `max_tool_calls` (it counts built-in tools, which this server has none of),
-  `truncation: "disabled"`,
   `background: false`, `background_options`, `image`, `access_programs`,
   `stream_options`, `moderation`, hosted tools in `tools` (never offered to the
   model), the other `include` values (they name output this server never
@@ -29,9 +29,13 @@ in one of three groups:
   client);
 * `context_management: [{"type": "compaction", "compact_threshold": N}]`: the
   context is compacted (`compaction.py`) when its prompt passes N tokens;
+* `truncation: "auto"`: a context too long for the model loses its oldest turns
+  (`truncation.py`); `"disabled"` (the default) refuses it;
+* `background: true` over HTTP (it needs `store`; `background.py`): the response
+  runs detached from its request;
 * refused with a 400 saying so (`unsupported`), because serving them needs state
-  this server does not keep: `background: true` in WebSocket mode, `truncation: "auto"`,
-  `conversation` (a stored conversation), `prompt` (a stored prompt template),
+  this server does not keep: `background: true` in WebSocket mode,
+  `prompt` (a stored prompt template),
   `prompt_cache_options.prewarm`, tool choices of hosted tools.
 
 `tests/dialects/responses/test_request.py` derives the field list from the
@@ -95,6 +99,7 @@ SERVED_FIELDS = frozenset(
         "prompt_cache_key",
         "context_management",
         "reasoning",
+        "conversation",
     }
 )
 NO_EFFECT_FIELDS = frozenset(
@@ -117,7 +122,7 @@ NO_EFFECT_FIELDS = frozenset(
 )
 #: Accepted when null; any value is a 400 `unsupported` (it names state this server
 #: does not keep).
-REFUSED_FIELDS = frozenset({"conversation", "prompt"})
+REFUSED_FIELDS = frozenset({"prompt"})
 
 
 class _Strict(BaseModel):
@@ -144,6 +149,12 @@ class ReasoningConfig(_Strict):
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
     context: Literal["auto", "current_turn", "all_turns"] | None = None
     mode: str | None = None
+
+
+class ConversationParam(_Strict):
+    """`conversation: {"id": ...}` (the SDK's `ResponseConversationParam`)."""
+
+    id: str
 
 
 class ResponsesStreamOptions(_Strict):
@@ -231,8 +242,10 @@ class ResponsesRequest(_Strict):
     # this server's extension (the chat API's `nvext`); the SDK sends it as extra_body
     nvext: ResponsesNvExt | None = None
 
+    #: the stored conversation the response belongs to: an id, or `{"id": ...}`
+    conversation: str | ConversationParam | None = None
+
     # refused when set
-    conversation: str | dict[str, Any] | None = None
     prompt: dict[str, Any] | None = None
 
     _items: list[dict[str, Any]] = PrivateAttr(default_factory=list)
@@ -259,6 +272,14 @@ class ResponsesRequest(_Strict):
         """`context_management`'s compaction threshold in tokens; 0: the default (80% of
         the model's context); None: no automatic compaction."""
         return self._compact_threshold
+
+    @property
+    def conversation_id(self) -> str | None:
+        """The id of the conversation the response belongs to (None: none)."""
+        conversation = self.conversation
+        if isinstance(conversation, ConversationParam):
+            return conversation.id
+        return conversation
 
     @property
     def wants_logprobs(self) -> bool:
@@ -312,7 +333,7 @@ def parse_responses_request(
     except ValidationError as exc:
         raise client_error(exc) from None
     _refuse_unsupported(request)
-    _check_metadata(request.metadata)
+    check_metadata(request.metadata)
     request._items = normalize_input(request.input)
     request._tools = parse_tools(request.tools)
     request._tool_choice = parse_tool_choice(request.tool_choice, request._tools)
@@ -337,31 +358,29 @@ def _refuse_unsupported(request: ResponsesRequest) -> None:
             " resumed from the store)",
             param="background",
         )
-    if request.truncation == "auto":
-        raise UnsupportedFeatureError(
-            "truncation 'auto' is not supported: a conversation longer than the model's"
-            " context is refused (context_length_exceeded); use 'disabled'",
-            param="truncation",
-        )
     options = request.prompt_cache_options
     if options is not None and options.prewarm:
         raise UnsupportedFeatureError(
             "prompt_cache_options.prewarm is not supported", param="prompt_cache_options.prewarm"
         )
-    for name in ("conversation", "prompt"):
-        if getattr(request, name) is not None:
-            raise UnsupportedFeatureError(
-                f"{name} is not supported by this server"
-                + (
-                    " (continue a conversation with previous_response_id)"
-                    if name == "conversation"
-                    else ""
-                ),
-                param=name,
-            )
+    if request.prompt is not None:
+        raise UnsupportedFeatureError("prompt is not supported by this server", param="prompt")
+    if request.conversation is not None and request.previous_response_id is not None:
+        raise InvalidRequestError(
+            "conversation and previous_response_id cannot be used together: a response"
+            " continues either a conversation or a previous response",
+            param="conversation",
+            code="invalid_value",
+        )
+    conversation_id = request.conversation_id
+    if conversation_id is not None and not conversation_id:
+        raise InvalidRequestError(
+            "conversation: the id must not be empty", param="conversation", code="invalid_value"
+        )
 
 
-def _check_metadata(metadata: dict[str, str] | None) -> None:
+def check_metadata(metadata: dict[str, str] | None) -> None:
+    """OpenAI's limits on `metadata` (a response's, a conversation's)."""
     if metadata is None:
         return
     if len(metadata) > MAX_METADATA_PAIRS:

@@ -100,6 +100,10 @@ class IncompleteDetails(_Open):
     reason: Literal["max_output_tokens"]
 
 
+class ResponseConversation(_Open):
+    id: str
+
+
 class Response(_Open):
     """The Response object: `POST /v1/responses`, `GET /v1/responses/{id}`, and the
     `response` of the lifecycle events."""
@@ -118,6 +122,8 @@ class Response(_Open):
     output: list[OutputItem]
     parallel_tool_calls: bool
     previous_response_id: str | None = None
+    #: The conversation the response belongs to (only when created with `conversation`).
+    conversation: ResponseConversation | None = None
     store: bool | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -304,3 +310,33 @@ class CompactedResponse(BaseModel):
     created_at: int
     output: list[dict[str, Any]]
     usage: ResponseUsage
+
+
+# --- the Conversations API (`conversations.py`) ---
+
+
+class Conversation(_Open):
+    """`POST /v1/conversations`, `GET` / `POST /v1/conversations/{id}`, and an item's
+    `DELETE` (which answers with the conversation)."""
+
+    id: str
+    object: Literal["conversation"]
+    created_at: int
+    metadata: dict[str, str]
+
+
+class DeletedConversation(_Open):
+    id: str
+    object: Literal["conversation.deleted"]
+    deleted: Literal[True]
+
+
+class ConversationItemList(_Open):
+    """`GET /v1/conversations/{id}/items` (a page) and `POST` (the items added)."""
+
+    object: Literal["list"]
+    #: Items in normal form, as `input_items` lists them.
+    data: list[dict[str, Any]]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool

@@ -41,6 +41,7 @@ from realtime.dialects.responses import ids
 from realtime.dialects.responses.build import responses_conversation, responses_generation
 from realtime.dialects.responses.compaction import compact, parse_compact_request
 from realtime.dialects.responses.context_management import DEFAULT_THRESHOLD_SHARE
+from realtime.dialects.responses.conversations import ConversationLimits, Conversations
 from realtime.dialects.responses.errors import (
     NotCancellableError,
     PreviousResponseNotFoundError,
@@ -60,11 +61,13 @@ from realtime.dialects.responses.steering import (
     failed_steer_event,
     steer_items,
 )
+from realtime.dialects.responses.truncation import fit_by_dropping_turns
 from realtime.model.generation import FinishReason
 from realtime.observability.logs import event as log_event
 from realtime.pipeline import ChatPipeline, PreparedChat
 from realtime.pipeline.events import Finish, Step, Usage
 from realtime.pipeline.offload import off_loop, prepare_chat
+from realtime.protocol.conversation import Item
 from realtime.protocol.errors import InvalidRequestError, PromptTooLongError, RealtimeError
 from realtime.protocol.generation_request import GenerationRequest, owned_by
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
@@ -162,11 +165,14 @@ class ResponsesService:
         limits: InputLimits = DEFAULT_INPUT_LIMITS,
         max_chain: int = MAX_CHAIN,
         seal: ReasoningSeal | None = None,
+        conversation_limits: ConversationLimits | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.store = store
         self.limits = limits
         self.max_chain = max_chain
+        #: the Conversations API, and the conversations responses belong to (same store)
+        self.conversations = Conversations(store, conversation_limits or ConversationLimits())
         #: seals and opens reasoning items' `encrypted_content` (a random key if none)
         self.seal = seal if seal is not None else ReasoningSeal()
 
@@ -232,8 +238,14 @@ class ResponsesService:
 
         The records' sizes are known before any work (the store counts them), so a
         long conversation is rebuilt, and later prepared, in a worker thread
-        (`off_loop`): tens of thousands of items would stall every client's loop."""
-        records = await self._history(request.previous_response_id, owner, local)
+        (`off_loop`): tens of thousands of items would stall every client's loop. A
+        response in a `conversation` is planned the same way from the conversation's
+        items (one record, `Conversations.context`)."""
+        conversation_id = request.conversation_id
+        if conversation_id is not None:
+            records = [await self.conversations.context(conversation_id, owner)]
+        else:
+            records = await self._history(request.previous_response_id, owner, local)
         _log_hosted_tools(request)
         size += sum(record.size for record in records)
         work = functools.partial(
@@ -269,6 +281,8 @@ class ResponsesService:
         stream: bool,
         warm_next_turn: bool,
     ) -> ResponsePlan:
+        if request.conversation_id is not None:
+            _check_new_ids(records[0].input_items, request.items)
         return self.plan(
             request, history_items(records), stream=stream, warm_next_turn=warm_next_turn
         )
@@ -280,10 +294,13 @@ class ResponsesService:
         compacted first (`_compact`)."""
         try:
             chat = await self._prepare_chat(prepared, stream)
-        except PromptTooLongError:
+        except PromptTooLongError as too_long:
             if prepared.history is None or prepared.compaction is not None:
-                raise
-            chat = None
+                if prepared.request.truncation != "auto":
+                    raise
+                chat = await self._truncate(prepared, stream, too_long)
+            else:
+                chat = None
         if prepared.history is not None and prepared.compaction is None:
             threshold = prepared.request.compact_threshold or int(
                 DEFAULT_THRESHOLD_SHARE * self.pipeline.engine.info.context_length
@@ -296,6 +313,31 @@ class ResponsesService:
         assert chat is not None
         prepared.chat = chat
         await self.pipeline.constrain(chat)
+        return chat
+
+    async def _truncate(
+        self, prepared: PreparedResponse, stream: bool, too_long: PromptTooLongError
+    ) -> PreparedChat:
+        """`truncation: "auto"`: the prompt from the longest tail of the conversation that
+        fits (`truncation.py`); the stored items keep the whole conversation."""
+        generation = prepared.generation
+
+        async def attempt(conversation: tuple[Item, ...]) -> PreparedChat:
+            prepared.generation = replace(generation, conversation=conversation)
+            return await self._prepare_chat(prepared, stream)
+
+        try:
+            chat, dropped = await fit_by_dropping_turns(generation.conversation, attempt, too_long)
+        except PromptTooLongError:
+            prepared.generation = generation
+            raise
+        log_event(
+            log,
+            "responses.truncated",
+            id=prepared.id,
+            dropped_items=dropped,
+            prompt_tokens=chat.usage.prompt_tokens,
+        )
         return chat
 
     async def _prepare_chat(self, prepared: PreparedResponse, stream: bool) -> PreparedChat:
@@ -453,6 +495,9 @@ class ResponsesService:
         except StoreError as exc:
             if events.error is None:
                 terminal = events.not_stored(terminal, StoreUnavailableError(str(exc)))
+        except RealtimeError as exc:  # its conversation could not take its items
+            if events.error is None:
+                terminal = events.not_stored(terminal, exc)
         for event in failed:
             yield event
         for event in terminal:
@@ -528,10 +573,19 @@ class ResponsesService:
         return prepared.events.response
 
     async def _keep(self, prepared: PreparedResponse) -> None:
-        if prepared.store is None:
-            return
+        """The response's items added to its conversation (a response that did not fail),
+        then the response stored; each durable before the terminal event is sent."""
         request = prepared.request
         response = prepared.events.response
+        input_items = request.items + (
+            prepared.steering.items if prepared.steering is not None else []
+        )
+        conversation_id = request.conversation_id
+        if conversation_id is not None and prepared.events.error is None:
+            items = [*input_items, *(response.get("output") or [])]
+            await self.conversations.append(conversation_id, prepared.owner, items)
+        if prepared.store is None:
+            return
         await prepared.store.put(
             StoredResponse(
                 id=response["id"],
@@ -539,8 +593,7 @@ class ResponsesService:
                 created_at=prepared.created_at or float(response["created_at"]),
                 previous_response_id=request.previous_response_id,
                 response=response,
-                input_items=request.items
-                + (prepared.steering.items if prepared.steering is not None else []),
+                input_items=input_items,
             )
         )
 
@@ -657,6 +710,19 @@ class _ChainWalk:
         self.records += chain.records
         self.next_id = chain.missing
         return True
+
+
+def _check_new_ids(history: list[dict[str, Any]], items: list[dict[str, Any]]) -> None:
+    """A response's input items may not reuse an id its conversation already holds."""
+    held = {item.get("id") for item in history}
+    for index, item in enumerate(items):
+        if item["id"] in held:
+            raise InvalidRequestError(
+                f"Duplicate item id {item['id']!r} in input: input.{index}.id is already an"
+                " item of the conversation; item ids must be unique within a conversation",
+                param=f"input.{index}.id",
+                code="duplicate_item_id",
+            )
 
 
 def _has_room(prepared: PreparedResponse) -> bool:

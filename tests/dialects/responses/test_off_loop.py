@@ -4,7 +4,8 @@ A 130-byte `response.create` continuing a response of 40,000 input items makes t
 server rebuild 40,000 items into a conversation. The store knows each record's size
 before any work, so that runs in a worker thread; on the loop it stalled every
 other client for as long (issue 27: ten such frames delayed `/health` by 4.3 s).
-Creating such a response (validating 40,000 items: a second) runs there too.
+Creating such a response (validating 40,000 items: a second) runs there too, and a
+response in a conversation of 40,000 items is rebuilt there the same way.
 Proven by the thread the work runs on, never by timing.
 """
 
@@ -129,3 +130,61 @@ async def test_a_huge_socket_create_is_validated_off_the_loop(
         refused = json.loads(await ws.recv())
         assert refused["type"] == "error" and refused["error"]["code"] == "model_not_found"
     assert validating and server.thread.name not in validating, validating
+
+
+def huge_conversation(server: RunningServer) -> str:
+    """A conversation of 40,000 items (one response's input), made over HTTP."""
+    items = [{"role": "user", "content": "m"} for _ in range(ITEMS)]
+    with httpx.Client(base_url=server.http_url, timeout=60) as client:
+        conversation_id: str = client.post("/v1/conversations", json={}).json()["id"]
+        created = client.post(
+            "/v1/responses",
+            json={
+                "model": "echo",
+                "input": items,
+                "max_output_tokens": 1,
+                "conversation": conversation_id,
+            },
+        )
+    assert created.status_code == 200, created.text
+    return conversation_id
+
+
+def test_an_http_response_in_a_huge_conversation_is_rebuilt_off_the_loop(
+    server_factory: Any, threads: list[str]
+) -> None:
+    server = server_factory(ServerConfig(log_level="warning", max_body_bytes=64 << 20))
+    conversation_id = huge_conversation(server)
+    threads.clear()
+    with httpx.Client(base_url=server.http_url, timeout=60) as client:
+        continued = client.post(
+            "/v1/responses",
+            json={"model": "echo", "input": "next", "conversation": conversation_id},
+        )
+        listed = client.get(f"/v1/conversations/{conversation_id}/items", params={"limit": 2})
+    assert continued.status_code == 200, continued.text
+    assert threads and server.thread.name not in threads, threads
+    assert [item["content"][0]["text"] for item in listed.json()["data"]] == ["next", "next"]
+
+
+@pytest.mark.anyio
+async def test_a_socket_response_in_a_huge_conversation_is_rebuilt_off_the_loop(
+    server_factory: Any, threads: list[str]
+) -> None:
+    server = server_factory(ServerConfig(log_level="warning", max_body_bytes=64 << 20))
+    conversation_id = huge_conversation(server)
+    threads.clear()
+    create = {
+        "type": "response.create",
+        "model": "echo",
+        "input": "next",
+        "conversation": conversation_id,
+    }
+    async with connect(f"ws://127.0.0.1:{server.port}/v1/responses") as ws:
+        await ws.send(json.dumps(create))
+        while True:
+            event = json.loads(await ws.recv())
+            if event["type"] in ("response.completed", "response.failed", "error"):
+                break
+    assert event["type"] == "response.completed", event
+    assert threads and server.thread.name not in threads, threads

@@ -243,8 +243,12 @@ def test_every_supported_item_type_is_normalized() -> None:
             "stream_options",
         ),
         ({"input": "x", "background": True, "store": False}, InvalidRequestError, "background"),
-        ({"input": "x", "truncation": "auto"}, UnsupportedFeatureError, "truncation"),
-        ({"input": "x", "conversation": "conv_1"}, UnsupportedFeatureError, "conversation"),
+        (
+            {"input": "x", "conversation": "conv_1", "previous_response_id": "resp_1"},
+            InvalidRequestError,
+            "conversation",
+        ),
+        ({"input": "x", "conversation": {"id": 1}}, InvalidTypeError, "conversation.id"),
         ({"input": "x", "prompt": {"id": "p"}}, UnsupportedFeatureError, "prompt"),
         (
             {"input": "x", "context_management": [{"type": "compaction", "compact_threshold": -1}]},
