@@ -7,6 +7,7 @@ password kept out of every message.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -82,8 +83,9 @@ def test_migrations_run_once_and_a_newer_schema_is_refused(postgres_url: str) ->
 
 
 def test_a_schema_1_database_gets_the_conversation_tables(postgres_url: str) -> None:
-    """Migration 2 on a database a release without conversations wrote: its response stays,
-    conversations work, and their sequence follows the responses' (one sequence)."""
+    """Migrations 2 and 3 on a database a release without conversations wrote: its
+    response stays, conversations work, and their sequence follows the responses' (one
+    sequence); so do background runners (3)."""
     from realtime.store import postgres_schema as sql
     from realtime.store.conversations import StoredConversation
 
@@ -104,9 +106,11 @@ def test_a_schema_1_database_gets_the_conversation_tables(postgres_url: str) -> 
             await db.close()
 
     async def go() -> None:
-        store = PostgresResponseStore(postgres_url)  # this release: migrates to 2
+        store = PostgresResponseStore(postgres_url)  # this release: migrates to 3
         found = await store.get("r", None)
         assert found is not None and found.response == kept.response
+        await store.put(dataclasses.replace(record("bg"), runner="replica-a"))
+        assert [r.id for r in await store.unfinished("replica-a")] == ["bg"]
         item = {"id": "i", "type": "message", "role": "user", "content": []}
         await store.create_conversation(StoredConversation("c", None, time.time()), [item])
         assert await store.get_item("c", None, "i") == item
@@ -115,7 +119,7 @@ def test_a_schema_1_database_gets_the_conversation_tables(postgres_url: str) -> 
     asyncio.run(schema_1())
     asyncio.run(go())
     rows = asyncio.run(_query(postgres_url, "SELECT version FROM realtime_schema"))
-    assert [row[0] for row in rows] == [SCHEMA_VERSION] == [2]
+    assert [row[0] for row in rows] == [SCHEMA_VERSION] == [3]
     ((later,),) = asyncio.run(
         _query(
             postgres_url,
