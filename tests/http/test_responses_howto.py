@@ -48,7 +48,7 @@ EXAMPLES = examples()
 
 
 def test_the_guide_has_its_examples() -> None:
-    assert len(EXAMPLES) == 7
+    assert len(EXAMPLES) == 8
     assert all(URL in example for example, _ in EXAMPLES)
 
 
