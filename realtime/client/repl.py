@@ -55,6 +55,10 @@ How it behaves:
   (`server closed the connection: 1011 engine unavailable: ...`) and exits with
   status 1.
 * A server that cannot be reached: `cannot connect to <url>: <why>`, status 1.
+* `--session KEY` sends `x-session-affinity: KEY` with the socket's handshake.
+  Behind a proxy that routes by it (`deploy/nginx`), the socket opens on the
+  replica that holds KEY's conversation (its KV cache), and a reconnect after
+  that replica went away opens on the next one on the proxy's ring.
 * `--json` is for scripts: each input line (from a pipe or a terminal) is a
   message, every server frame is printed to stdout as one line of JSON, and
   everything else (command answers, errors) goes to stderr, uncoloured.
@@ -65,6 +69,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from collections import deque
@@ -875,6 +880,14 @@ def _parser() -> argparse.ArgumentParser:
         help="sent as `Authorization: Bearer KEY` (default: $REALTIME_API_KEY)",
     )
     parser.add_argument(
+        "--session",
+        default=None,
+        type=_session_key,
+        metavar="KEY",
+        help="sent as `x-session-affinity: KEY` with the handshake, so a proxy that routes "
+        "by it keeps this conversation on one replica (see docs/howto/run-several-replicas.md)",
+    )
+    parser.add_argument(
         "--json",
         action="store_true",
         help="for scripts: read one message per input line, print every server frame as JSON",
@@ -892,6 +905,18 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds to wait for the connection (default %(default)s)",
     )
     return parser
+
+
+#: A session key as the server takes one in a session header: printable ASCII, no spaces.
+_SESSION_KEY = re.compile(r"[\x21-\x7e]{1,256}")
+
+
+def _session_key(value: str) -> str:
+    if _SESSION_KEY.fullmatch(value) is None:
+        raise argparse.ArgumentTypeError(
+            "a session key is 1 to 256 printable ASCII characters, without spaces"
+        )
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -916,6 +941,7 @@ def _run(args: argparse.Namespace, gate: InterruptGate) -> int:
         reconnect=RECONNECT,  # see the module docstring
         open_timeout=args.connect_timeout,
         on_event=events.append,
+        headers={"x-session-affinity": args.session} if args.session else None,
     )
     try:
         client.connect()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 import socket
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -244,3 +246,16 @@ def test_models_url_sits_next_to_the_socket():
     assert models_url("ws://127.0.0.1:8000/v1/realtime") == "http://127.0.0.1:8000/v1/models"
     assert models_url("wss://example.test/api/v1/realtime") == "https://example.test/api/v1/models"
     assert models_url("ws://host:1") == "http://host:1/v1/models"
+
+
+@pytest.mark.parametrize("key", ["has space", "", "x" * 257, "tab\there"])
+def test_a_session_key_a_header_cannot_carry_is_refused_before_connecting(key: str) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "realtime.client", "ws://127.0.0.1:9/v1/realtime", "--session", key],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 2  # argparse's usage error: nothing was dialled
+    assert "a session key is 1 to 256 printable ASCII characters" in run.stderr

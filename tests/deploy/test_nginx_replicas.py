@@ -13,8 +13,9 @@ SDK and the project's own client library:
 * kill -9 of a replica while it streams: the interrupted turn is sent again with the
   same `previous_response_id` and nginx answers it from another replica, which reads
   the conversation from PostgreSQL; the client library's socket reconnects through
-  nginx to another replica and its next request is answered; every response
-  acknowledged before the kill is still there.
+  nginx to another replica and its next request is answered, and so does the REPL's
+  (`python -m realtime.client --session KEY`, whose key put it on the same replica);
+  every response acknowledged before the kill is still there.
 
 The tests share one fleet (starting three cpu-engine servers costs most of the time),
 and run in file order: the kill comes last.
@@ -26,6 +27,7 @@ import asyncio
 import os
 import re
 import signal
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +37,7 @@ from typing import Any
 
 import httpx
 import openai
+import pexpect
 import pytest
 
 from realtime.client import RealtimeClient, RequestInterruptedError
@@ -153,6 +156,32 @@ def _kill(replica: ServerProcess) -> None:
         replica.proc.wait()
 
 
+#: The REPL's stats line, printed when an answer is complete.
+STATS = re.compile(r"\[ttft \d+ ms, (?:[\d.]+|-) tok/s, \d+ tokens?\]")
+
+
+def _spawn_repl(url: str, session: str, home: Path) -> pexpect.spawn:
+    env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb", "PYTHONUNBUFFERED": "1"}
+    env["HOME"] = str(home)
+    return pexpect.spawn(
+        sys.executable,
+        ["-m", "realtime.client", url, "--session", session, "--no-history"],
+        env=env,
+        encoding="utf-8",
+        timeout=120,
+        dimensions=(40, 5000),
+    )
+
+
+def _ask(repl: pexpect.spawn, text: str) -> str:
+    """Type a message at the REPL's prompt; what it printed up to the stats line."""
+    repl.expect_exact("> ")
+    repl.sendline(text)
+    repl.expect_exact(text + "\r\n")  # the terminal's echo
+    repl.expect(STATS)
+    return str(repl.before)
+
+
 def _turn(
     sdk: openai.OpenAI, text: str, previous: str | None, tokens: int = 8
 ) -> openai.types.responses.Response:
@@ -217,7 +246,7 @@ def test_sessions_spread_over_the_replicas_by_the_first_session_header(fleet: Fl
 
 
 def test_kill_9_mid_stream_the_conversation_and_the_socket_go_on_elsewhere(
-    fleet: Fleet,
+    fleet: Fleet, tmp_path: Path
 ) -> None:
     session = "conversation-b"
     sdk = fleet.sdk(session)
@@ -226,6 +255,10 @@ def test_kill_9_mid_stream_the_conversation_and_the_socket_go_on_elsewhere(
     fleet.acknowledged += [first.id, second.id]
     (home,) = set(fleet.served(session))
     doomed = fleet.replica_at(home)
+
+    # The REPL, keyed to the conversation's session: its socket opens on the same replica.
+    repl = _spawn_repl(fleet.proxy.ws_url + "/v1/realtime", session, tmp_path)
+    assert _ask(repl, "a question before the kill")
 
     async def socket_and_stream() -> None:
         events: list[str] = []
@@ -269,6 +302,14 @@ def test_kill_9_mid_stream_the_conversation_and_the_socket_go_on_elsewhere(
             assert "reconnecting" in events and events.count("open") >= 2, events
 
     asyncio.run(socket_and_stream())
+    # the REPL's socket died with the replica: it reconnects through nginx, and answers
+    after = _ask(repl, "a question after the kill")
+    assert "[connection lost:" in after and "reconnecting]" in after, after
+    repl.expect_exact("> ")
+    repl.sendline("/exit")
+    repl.expect(pexpect.EOF)
+    repl.close()
+    assert repl.exitstatus == 0 and "Traceback" not in str(repl.before)
 
     # the third turn again, from the last acknowledged response: another replica answers it
     third = _turn(sdk, "the third turn", second.id)
