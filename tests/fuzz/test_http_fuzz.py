@@ -156,6 +156,8 @@ def test_fuzzed_bodies_never_get_a_5xx(fuzz_server: RunningServer, error_log: Er
         for body in every_deep_chat():
             headers = {"content-type": "application/json"}
             _check_answer(client.post("/v1/chat/completions", content=body, headers=headers), stats)
+        for path in ("/v1/chat/completions", "/v1/completions"):  # the success paths, always
+            one_body.hypothesis.inner_test((path, json.dumps(_GENERATION_BODIES[path])))
         one_body()
         # The keep-alive connection that carried every hostile body still serves.
         ok = client.post(
@@ -169,7 +171,7 @@ def test_fuzzed_bodies_never_get_a_5xx(fuzz_server: RunningServer, error_log: Er
         neighbour.join(30)
     assert not neighbour.failures, neighbour.failures
     assert neighbour.done > 0
-    assert stats.get("400", 0) > EXAMPLES // 2 and stats.get("200", 0) > 10, stats
+    assert stats.get("400", 0) > EXAMPLES // 2 and stats.get("200", 0) >= 2, stats
     assert not error_log.records, [r.getMessage() for r in error_log.records]
 
 
@@ -217,6 +219,9 @@ def test_fuzzed_responses_bodies_never_get_a_5xx(
         _check_answer(client.post(path, content=body, headers=headers), stats)
 
     try:
+        valid = _GENERATION_BODIES["/v1/responses"]
+        for body in (valid, {**valid, "stream": True}):  # the success paths, always
+            one_body.hypothesis.inner_test("/v1/responses", json.dumps(body))
         one_body()
         ok = client.post("/v1/responses", json={"model": "echo", "input": "after"})
         assert ok.json()["output"][0]["content"][0]["text"] == "after"
@@ -226,7 +231,7 @@ def test_fuzzed_responses_bodies_never_get_a_5xx(
         neighbour.join(30)
     assert not neighbour.failures, neighbour.failures
     assert neighbour.done > 0
-    assert stats.get("400", 0) > EXAMPLES // 2 and stats.get("200", 0) > 10, stats
+    assert stats.get("400", 0) > EXAMPLES // 2 and stats.get("200", 0) >= 2, stats
     assert not error_log.records, [r.getMessage() for r in error_log.records]
 
 
@@ -282,6 +287,16 @@ def test_fuzzed_messages_bodies_never_get_a_5xx(
         _check_messages_answer(response, stats)
 
     try:
+        # The success paths, whatever the examples: a plain answer, a streamed one, a count.
+        # (How many of the fuzzed bodies happen to be valid changes with the examples,
+        # which change with any edit to this test.)
+        valid = {"model": "echo", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}]}
+        for path, body in (
+            ("/v1/messages", valid),
+            ("/v1/messages?beta=true", {**valid, "stream": True}),
+            ("/v1/messages/count_tokens", {"model": "echo", "messages": valid["messages"]}),
+        ):
+            one_body.hypothesis.inner_test(path, json.dumps(body))
         one_body()
         ok = client.post(
             "/v1/messages",
@@ -298,7 +313,7 @@ def test_fuzzed_messages_bodies_never_get_a_5xx(
         neighbour.join(30)
     assert not neighbour.failures, neighbour.failures
     assert neighbour.done > 0
-    assert stats.get("400", 0) > EXAMPLES // 2 and stats.get("200", 0) > 10, stats
+    assert stats.get("400", 0) > EXAMPLES // 2 and stats.get("200", 0) >= 3, stats
     assert not error_log.records, [r.getMessage() for r in error_log.records]
 
 
@@ -375,6 +390,11 @@ def test_fuzzed_stored_response_routes_never_get_a_5xx(
             assert body["object"] in ("response", "list"), body
 
     try:
+        # A resume, whatever the examples (they may delete or cancel the background
+        # response before any of them streams it): a fresh one, from its first event.
+        fresh = client.post("/v1/responses", json=background).json()["id"]
+        resume = [("stream", "true"), ("starting_after", "0")]
+        one_call.hypothesis.inner_test(fresh, ("GET", ""), resume)
         one_call()
     finally:
         client.close()
@@ -428,12 +448,15 @@ def test_fuzzed_conversation_bodies_never_get_a_5xx(
         _check_conversation_answer(answer, stats)
 
     try:
+        # the success paths, always: a conversation created, and a response in the real one
+        one_body.hypothesis.inner_test("/v1/conversations", "{}", real, False)
+        one_body.hypothesis.inner_test("/v1/conversations", "{}", real, True)
         one_body()
         listed = client.get(f"/v1/conversations/{real}/items", params={"limit": 100})
         assert listed.status_code == 200, listed.text
     finally:
         client.close()
-    assert stats.get("400", 0) > EXAMPLES // 3 and stats.get("200", 0) > 10, stats
+    assert stats.get("400", 0) > EXAMPLES // 3 and stats.get("200", 0) >= 2, stats
     assert not error_log.records, [r.getMessage() for r in error_log.records]
 
 
@@ -479,6 +502,7 @@ def test_fuzzed_conversation_routes_never_get_a_5xx(
         _check_conversation_answer(client.request(method, url, params=query), stats)
 
     try:
+        one_call.hypothesis.inner_test(real[0], item_ids[0], ("GET", "/items/"), [])  # a 200
         one_call()
     finally:
         client.close()
@@ -542,11 +566,14 @@ def test_fuzzed_session_headers_never_get_a_5xx(
                 assert value.decode("latin-1") not in answer.text  # the value is never echoed
 
     try:
+        for path in _GENERATION_BODIES:  # per route an answer and a refusal, always
+            one_call.hypothesis.inner_test(path, [("x-session-id", b"session-1")])
+            one_call.hypothesis.inner_test(path, [("x-session-id", b"a" * 257)])
         one_call()
     finally:
         client.close()
     for path in _GENERATION_BODIES:  # every route reads the headers: answers and refusals
-        assert stats.get(f"{path} 200", 0) > 3 and stats.get(f"{path} 400", 0) > 3, stats
+        assert stats.get(f"{path} 200", 0) >= 1 and stats.get(f"{path} 400", 0) >= 1, stats
     assert not error_log.records, [r.getMessage() for r in error_log.records]
 
 
