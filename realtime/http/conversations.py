@@ -23,20 +23,20 @@ from starlette.responses import Response
 from realtime.asgi.responses import ORJSONResponse
 from realtime.dialects.responses.conversations import Conversations
 from realtime.dialects.responses.service import ResponsesService
-from realtime.http.responses import _includes, _limit, _owner, _query
+from realtime.http.list_query import check_includes, list_page, query_params
+from realtime.http.responses import owner_of
 from realtime.http.serving import read_json_body
-from realtime.protocol.errors import InvalidRequestError
 
 
 def _service(request: Request) -> tuple[Conversations, str | None]:
     """The conversations and the caller's owner fingerprint."""
     service: ResponsesService = request.app.state.responses
-    return service.conversations, _owner(request, service)
+    return service.conversations, owner_of(request, service)
 
 
 async def create_conversation(request: Request) -> Response:
     conversations, owner = _service(request)
-    _query(request, set())
+    query_params(request, set())
     body = await read_json_body(request)
     size = len(await request.body())
     return ORJSONResponse(await conversations.create(body, owner, size))
@@ -44,7 +44,7 @@ async def create_conversation(request: Request) -> Response:
 
 async def get_conversation(request: Request) -> Response:
     conversations, owner = _service(request)
-    _query(request, set())
+    query_params(request, set())
     return ORJSONResponse(
         await conversations.retrieve(request.path_params["conversation_id"], owner)
     )
@@ -52,7 +52,7 @@ async def get_conversation(request: Request) -> Response:
 
 async def update_conversation(request: Request) -> Response:
     conversations, owner = _service(request)
-    _query(request, set())
+    query_params(request, set())
     body = await read_json_body(request)
     conversation_id = request.path_params["conversation_id"]
     return ORJSONResponse(await conversations.update(conversation_id, body, owner))
@@ -60,36 +60,27 @@ async def update_conversation(request: Request) -> Response:
 
 async def delete_conversation(request: Request) -> Response:
     conversations, owner = _service(request)
-    _query(request, set())
+    query_params(request, set())
     return ORJSONResponse(await conversations.delete(request.path_params["conversation_id"], owner))
 
 
 async def list_items(request: Request) -> Response:
     conversations, owner = _service(request)
-    query = _query(request, {"after", "include", "limit", "order"})
-    _includes(request)
-    limit = _limit(query.get("limit"))
-    order = query.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise InvalidRequestError(
-            f"Invalid value for 'order': {order!r}; expected 'asc' or 'desc'",
-            param="order",
-            code="invalid_value",
-        )
+    page_query = list_page(request)
     page = await conversations.list_items(
         request.path_params["conversation_id"],
         owner,
-        after=query.get("after"),
-        limit=limit,
-        order=order,
+        after=page_query.after,
+        limit=page_query.limit,
+        order=page_query.order,
     )
     return ORJSONResponse(page)
 
 
 async def create_items(request: Request) -> Response:
     conversations, owner = _service(request)
-    _query(request, {"include"})
-    _includes(request)
+    query_params(request, {"include"})
+    check_includes(request)
     body = await read_json_body(request)
     size = len(await request.body())
     conversation_id = request.path_params["conversation_id"]
@@ -98,8 +89,8 @@ async def create_items(request: Request) -> Response:
 
 async def get_item(request: Request) -> Response:
     conversations, owner = _service(request)
-    _query(request, {"include"})
-    _includes(request)
+    query_params(request, {"include"})
+    check_includes(request)
     params = request.path_params
     return ORJSONResponse(
         await conversations.retrieve_item(params["conversation_id"], params["item_id"], owner)
@@ -108,7 +99,7 @@ async def get_item(request: Request) -> Response:
 
 async def delete_item(request: Request) -> Response:
     conversations, owner = _service(request)
-    _query(request, set())
+    query_params(request, set())
     params = request.path_params
     return ORJSONResponse(
         await conversations.delete_item(params["conversation_id"], params["item_id"], owner)

@@ -21,23 +21,22 @@ HTTP is kept nowhere: nobody could ever ask for it again.
 from __future__ import annotations
 
 import functools
-from typing import Any, get_args
+from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from realtime.asgi.auth import bearer_token
 from realtime.asgi.responses import ORJSONResponse
-from realtime.dialects.responses.request import Includable, ResponsesRequest
-from realtime.dialects.responses.service import MAX_LIST_LIMIT, PreparedResponse, ResponsesService
+from realtime.dialects.responses.request import ResponsesRequest
+from realtime.dialects.responses.service import PreparedResponse, ResponsesService
 from realtime.http.background import create_background, resume, runs_of, stream_query
 from realtime.http.cache_scope import CacheScope, field_scope
+from realtime.http.list_query import check_includes, list_page, query_params
 from realtime.http.serving import Outcome, begin, read_json_body, respond, scope_of
 from realtime.http.sse import SseFraming, encode_named_event
 from realtime.pipeline.offload import off_loop
-from realtime.protocol.errors import InvalidRequestError, RealtimeError, UnknownFieldError
-
-_INCLUDABLE = frozenset(get_args(Includable))
+from realtime.protocol.errors import RealtimeError
 
 
 def _framing(prepared: PreparedResponse) -> SseFraming:
@@ -67,7 +66,7 @@ def _cache_scope(request: Request, parsed: ResponsesRequest, outcome: Outcome) -
     return scope
 
 
-def _owner(request: Request, service: ResponsesService) -> str | None:
+def owner_of(request: Request, service: ResponsesService) -> str | None:
     """The caller's owner fingerprint: its key's, when the server has keys."""
     if not request.app.state.http.keys_enabled:
         return None
@@ -84,13 +83,13 @@ async def create_response(request: Request) -> Response:
         scope = _cache_scope(request, parsed, outcome)
         if parsed.background:
             return await create_background(
-                request, parsed, outcome, scope, _owner(request, service)
+                request, parsed, outcome, scope, owner_of(request, service)
             )
         streaming = bool(parsed.stream)
         prepared = await service.prepare(
             parsed,
             stream=streaming,
-            owner=_owner(request, service),
+            owner=owner_of(request, service),
             session_id=scope.session_id,
             cache_salt=scope.cache_salt,
         )
@@ -123,7 +122,7 @@ async def compact_response(request: Request) -> Response:
     except RealtimeError as exc:
         outcome.finish("error", error=exc)
         raise
-    owner = _owner(request, service)
+    owner = owner_of(request, service)
     return await respond(
         request,
         outcome,
@@ -139,10 +138,10 @@ def _no_stream() -> Any:  # pragma: no cover - compaction answers one JSON body
 
 async def get_response(request: Request) -> Response:
     service = _service(request)
-    query = _query(request, {"include", "include_obfuscation", "starting_after", "stream"})
-    _includes(request)
+    query = query_params(request, {"include", "include_obfuscation", "starting_after", "stream"})
+    check_includes(request)
     stream, after = stream_query(query)
-    owner = _owner(request, service)
+    owner = owner_of(request, service)
     response = await service.retrieve(request.path_params["response_id"], owner)
     if stream:
         return await resume(request, response, owner, after)
@@ -151,30 +150,21 @@ async def get_response(request: Request) -> Response:
 
 async def list_input_items(request: Request) -> Response:
     service = _service(request)
-    query = _query(request, {"after", "include", "limit", "order"})
-    _includes(request)
-    limit = _limit(query.get("limit"))
-    order = query.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise InvalidRequestError(
-            f"Invalid value for 'order': {order!r}; expected 'asc' or 'desc'",
-            param="order",
-            code="invalid_value",
-        )
+    page_query = list_page(request)
     page = await service.input_items(
         request.path_params["response_id"],
-        _owner(request, service),
-        after=query.get("after"),
-        limit=limit,
-        order=order,
+        owner_of(request, service),
+        after=page_query.after,
+        limit=page_query.limit,
+        order=page_query.order,
     )
     return ORJSONResponse(page)
 
 
 async def delete_response(request: Request) -> Response:
     service = _service(request)
-    _query(request, set())
-    response_id, owner = request.path_params["response_id"], _owner(request, service)
+    query_params(request, set())
+    response_id, owner = request.path_params["response_id"], owner_of(request, service)
     await runs_of(request).forget(response_id, owner)  # a background run stops first
     deleted = await service.delete(response_id, owner)
     return ORJSONResponse(deleted)
@@ -182,44 +172,7 @@ async def delete_response(request: Request) -> Response:
 
 async def cancel_response(request: Request) -> Response:
     service = _service(request)
-    _query(request, set())
+    query_params(request, set())
     runs = runs_of(request)
-    cancelled = await runs.cancel(request.path_params["response_id"], _owner(request, service))
+    cancelled = await runs.cancel(request.path_params["response_id"], owner_of(request, service))
     return ORJSONResponse(cancelled)
-
-
-def _query(request: Request, known: set[str]) -> dict[str, str]:
-    """The query parameters, refused by name when unknown (the strict field policy)."""
-    params = request.query_params
-    for name in params:
-        if name.removesuffix("[]") not in known:
-            raise UnknownFieldError(f"Unrecognized query parameter: {name}", param=name)
-    return {name: params[name] for name in params if name.removesuffix("[]") != "include"}
-
-
-def _includes(request: Request) -> None:
-    """`include` values must be ones the SDK defines (they change nothing stored here).
-
-    The openai SDK sends lists as `include[]=a&include[]=b`; plain `include=` works too."""
-    params = request.query_params
-    for value in [*params.getlist("include"), *params.getlist("include[]")]:
-        if value not in _INCLUDABLE:
-            raise InvalidRequestError(
-                f"Invalid value for 'include': {value!r}", param="include", code="invalid_value"
-            )
-
-
-def _limit(raw: str | None) -> int:
-    if raw is None:
-        return 20
-    try:
-        limit = int(raw)
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= MAX_LIST_LIMIT:
-        raise InvalidRequestError(
-            f"Invalid value for 'limit': {raw!r}; expected an integer from 1 to {MAX_LIST_LIMIT}",
-            param="limit",
-            code="invalid_value",
-        )
-    return limit
