@@ -27,6 +27,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import cast
 
+try:
+    from websockets.speedups import apply_mask
+except ImportError:  # a build without its C extension
+    from websockets.utils import apply_mask
+
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 #: (payload, time the read carrying it returned) -> None
@@ -41,15 +46,6 @@ def is_terminal(payload: bytes) -> bool:
     return payload.startswith(DONE_PREFIX) or payload.startswith(ERROR_PREFIX)
 
 
-def _mask(data: bytes, key: bytes) -> bytes:
-    """XOR with the 4-byte masking key, as one big-integer operation."""
-    n = len(data)
-    if not n:
-        return b""
-    repeated = (key * (n // 4 + 1))[:n]
-    return (int.from_bytes(data, "big") ^ int.from_bytes(repeated, "big")).to_bytes(n, "big")
-
-
 def _frame(opcode: int, payload: bytes) -> bytes:
     key = os.urandom(4)
     n = len(payload)
@@ -59,7 +55,9 @@ def _frame(opcode: int, payload: bytes) -> bytes:
         head = struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, n)
     else:
         head = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, n)
-    return head + key + _mask(payload, key)
+    # websockets' C masking: 6 ms for 8 MiB where a big-integer XOR took 98 ms, time in
+    # which this client's event loop (and a neighbour timed on it) stood still.
+    return head + key + apply_mask(payload, key)
 
 
 class WsClient(asyncio.Protocol):

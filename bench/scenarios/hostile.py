@@ -1,6 +1,7 @@
 """Hostile neighbour: a small request's latency while another client sends hostile input.
 
-One server process (the echo engine, operator defaults). A neighbour sends
+One server process (the echo engine, operator defaults). A neighbour, in a process of its
+own (`bench/neighbour.py`, so the sender's own work is never counted), sends
 `GET /health` on its own keep-alive connection, one request after another, and
 times each (request written -> whole response read). First on an idle server,
 then while a hostile client repeats one of:
@@ -50,6 +51,7 @@ import orjson
 from bench.client_loop import run as run_client
 from bench.context import RunContext, rotated
 from bench.machine_load import BACKGROUND, other_cores, snapshot
+from bench.neighbour import Neighbour, read_response
 from bench.payloads import MODEL, WS_PATH, answer_text
 from bench.procs import running, start_realtime
 from bench.results import Chart, Goal, ScenarioResult, Series, paired_ratios, percentile
@@ -80,7 +82,6 @@ RESPONSES_TERMINAL = frozenset(
 VARIANTS = (IDLE, PLAIN, *HOSTILE)
 ECHO_DELAY = 0.002
 BOUND = 2.0
-HEALTH = b"GET /health HTTP/1.1\r\nHost: bench\r\n\r\n"
 
 
 @dataclass(frozen=True)
@@ -155,58 +156,12 @@ def _http_post(path: str, body: bytes) -> bytes:
 # --- clients ----------------------------------------------------------------------
 
 
-async def _read_response(reader: asyncio.StreamReader) -> int:
-    """One HTTP/1.1 response with a Content-Length; returns the status."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":", 1)[1])
-    await reader.readexactly(length)
-    return status
-
-
-class Neighbour:
-    """GET /health back to back on one connection; latencies kept while `recording`."""
-
-    def __init__(self) -> None:
-        self.recording = False
-        self.samples: list[float] = []
-        self._stop = False
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self, port: int) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        self._task = asyncio.create_task(self._loop(reader, writer))
-
-    async def _loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while not self._stop:
-                t0 = time.perf_counter()
-                writer.write(HEALTH)
-                status = await _read_response(reader)
-                elapsed = time.perf_counter() - t0
-                if status != 200:
-                    raise RuntimeError(f"GET /health answered {status}")
-                if self.recording:
-                    self.samples.append(elapsed)
-                await asyncio.sleep(0.001)
-        finally:
-            writer.close()
-
-    async def stop(self) -> None:
-        self._stop = True
-        if self._task is not None:
-            await self._task
-
-
 async def _hostile_http(port: int, request: bytes) -> int:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         writer.write(request)
         await writer.drain()
-        return await _read_response(reader)
+        return await read_response(reader)
     finally:
         writer.close()
 
@@ -352,33 +307,33 @@ def _hostile(variant: str, port: int, payloads: dict[str, bytes]) -> Send:
 
 
 async def _one(port: int, p: Params, variant: str, payloads: dict[str, bytes]) -> dict[str, float]:
-    neighbour = Neighbour()
-    await neighbour.start(port)
+    neighbour = Neighbour(port)
+    await neighbour.start()
     await asyncio.sleep(0.05)  # the connection is open and warm
     busy, count = 0.0, 1
     stateful = Stateful(variant, port, p) if variant in STATEFUL else None
     if stateful is not None:
-        await stateful.setup()  # before the neighbour records
+        await stateful.setup()  # before the neighbour's samples count
     try:
         if variant == IDLE:
-            neighbour.recording = True
+            neighbour.open_window()
             await asyncio.sleep(p.idle_seconds)
-            neighbour.recording = False
+            neighbour.close_window()
         else:
             send = stateful.send if stateful is not None else _hostile(variant, port, payloads)
             count = p.stream_requests if variant in (STOPS, PLAIN) else p.hostile_requests
             for _ in range(count):
                 t0 = time.perf_counter()
-                neighbour.recording = True
+                neighbour.open_window()
                 await send()
-                neighbour.recording = False
+                neighbour.close_window()
                 busy += time.perf_counter() - t0
                 await asyncio.sleep(0.05)
     finally:
-        await neighbour.stop()
+        samples = await neighbour.stop()
         if stateful is not None:
             stateful.close()
-    ms = [s * 1000 for s in neighbour.samples]
+    ms = [s * 1000 for s in samples]
     return {
         "p50": percentile(ms, 50),
         "p99": percentile(ms, 99),

@@ -54,8 +54,26 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         text=True,
         timeout=540,
     )
-    assert completed.returncode == 0, completed.stderr[-4000:]
+    assert completed.returncode == 0, _failure_report(completed.stdout, completed.stderr)
     return out
+
+
+def _failure_report(stdout: str, stderr: str) -> str:
+    """What a failed run said about why: its FAIL lines and every traceback.
+
+    The progress log fills stderr, so its tail alone hides a scenario that failed
+    early (a CI run once showed only the last scenarios' lines).
+    """
+    fails = [line for line in stdout.splitlines() if line.startswith("FAIL")]
+    tracebacks: list[str] = []
+    lines = stderr.splitlines()
+    for index, line in enumerate(lines):
+        if line.startswith("Traceback"):
+            end = index + 1
+            while end < len(lines) and not lines[end].startswith("["):
+                end += 1
+            tracebacks.append("\n".join(lines[max(0, index - 2) : end]))
+    return "\n".join([*fails, *tracebacks])[-8000:] or stderr[-4000:]
 
 
 def _number_or_null(value: Any) -> bool:
