@@ -14,7 +14,6 @@ an answer (an SSE error event, or a 503 body), not dropped.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -31,7 +30,7 @@ from realtime.http.cache_scope import CacheScope, cache_scope
 from realtime.http.sse import CHAT_FRAMING, EventStreamResponse, SseFraming
 from realtime.observability.logs import event, field_name
 from realtime.observability.metrics import Metrics, RequestTimer
-from realtime.pipeline.offload import off_loop
+from realtime.pipeline import json_process
 from realtime.protocol.errors import (
     EngineError,
     EngineUnavailableError,
@@ -39,7 +38,6 @@ from realtime.protocol.errors import (
     RealtimeError,
     ServerShuttingDownError,
 )
-from realtime.protocol.json_input import load_json
 
 log = logging.getLogger("realtime.http")
 
@@ -47,14 +45,14 @@ TRANSPORT = "http"
 
 
 async def read_json_body(request: Request) -> Any:
-    """The body, decoded and checked (depth, value count): in a worker thread when it is
-    large (`off_loop`), since decoding and counting a body of megabytes takes the event
-    loop for as long."""
+    """The body, decoded and checked (depth, value count): in the decode process when it
+    is large (`json_process`), since decoding a body of megabytes holds the GIL, and so
+    every client's event loop, for as long."""
     body = await request.body()
     limits = request.app.state.http.input_limits
-    decode = functools.partial(load_json, body, limits.max_json_depth, limits.max_json_values)
+    decoded = await json_process.decode(body, limits.max_json_depth, limits.max_json_values)
     try:
-        return await off_loop(decode, len(body))
+        return decoded.checked_value()
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from None
 

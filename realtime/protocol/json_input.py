@@ -18,6 +18,15 @@ value, with the garbage collector paused).
 
 The check walks the parsed value level by level without recursion. orjson itself
 stops at 1024 levels; that refusal gets the same error.
+
+Decoded elsewhere. orjson holds the GIL for a whole document (a body of four
+million small values takes it for 200 ms or more), so a transport hands a large
+input to a decode process (`realtime.pipeline.json_process`), which runs
+`decode_checked` and sends back a `Decoded`. A socket frame then reaches its
+dialect as a `DecodedText`: `parse_json` returns the value already decoded (or
+raises what decoding raised) and `check_shape` refuses a `RefusedShape` (the
+envelope of a document over the limits, so a dialect can still name its
+`request_id`) without walking anything.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -39,6 +49,8 @@ DEFAULT_MAX_JSON_VALUES = 131_072
 #: The highest `--max-json-depth` allowed: code after the check (copies of the template
 #: input) recurses about twice per level and must stay clear of Python's limit of 1000.
 MAX_JSON_DEPTH_CEILING = 256
+#: The longest top-level string a `RefusedShape` keeps (a frame's id, not its content).
+_ENVELOPE_CHARS = 256
 #: Path elements named in `param` for input that is too deep (enough to find the field).
 _PARAM_ELEMENTS = 4
 
@@ -63,6 +75,8 @@ def parse_json(raw: bytes | str, max_depth: int) -> Any:
     checked here: see `check_shape`, which callers run once they have read what
     they need to answer (a socket frame's `request_id`).
     """
+    if type(raw) is DecodedText:
+        return raw.decoded.value_or_raise()
     try:
         with _gc_paused():
             return orjson.loads(raw)
@@ -76,6 +90,8 @@ def check_shape(value: Any, max_depth: int, max_values: int | None = None) -> No
     """Raise if `value` nests deeper than `max_depth` (JsonTooDeepError, naming where)
     or holds more than `max_values` values (TooManyJsonValuesError, naming the
     top-level field holding most)."""
+    if type(value) is RefusedShape:
+        raise value.refusal
     level = [value] if type(value) is dict or type(value) is list else []
     depth = 1
     values = 1
@@ -102,6 +118,87 @@ def load_json(raw: bytes | str, max_depth: int, max_values: int | None = None) -
     value = parse_json(raw, max_depth)
     check_shape(value, max_depth, max_values)
     return value
+
+
+class RefusedShape(dict[str, Any]):
+    """What is left of a document a decode process refused for its shape: the top-level
+    members that are short scalars (a frame's `type`, `request_id`, `event_id`), and
+    the refusal, which `check_shape` raises."""
+
+    refusal: InvalidRequestError
+
+    @classmethod
+    def of(cls, value: Any, refusal: InvalidRequestError) -> RefusedShape:
+        members = value.items() if type(value) is dict else ()
+        envelope = cls(
+            (key, item)
+            for key, item in members
+            if item is None
+            or type(item) in (bool, int, float)
+            or (type(item) is str and len(item) <= _ENVELOPE_CHARS)
+        )
+        envelope.refusal = refusal
+        return envelope
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A document decoded and checked by `decode_checked` (in a decode process)."""
+
+    value: Any = None
+    #: orjson's refusal of the text (message, char, line, column), if it is not JSON.
+    syntax: tuple[str, int, int, int] | None = None
+    #: A document deeper than orjson decodes (nothing was decoded).
+    too_deep: JsonTooDeepError | None = None
+
+    def value_or_raise(self) -> Any:
+        """What `parse_json` returns for the text, or what it raises."""
+        if self.syntax is not None:
+            msg, pos, lineno, colno = self.syntax
+            exc = orjson.JSONDecodeError.__new__(orjson.JSONDecodeError)
+            ValueError.__init__(exc, f"{msg}: line {lineno} column {colno} (char {pos})")
+            exc.msg, exc.doc, exc.pos, exc.lineno, exc.colno = msg, "", pos, lineno, colno
+            raise exc
+        if self.too_deep is not None:
+            raise self.too_deep
+        return self.value
+
+    def checked_value(self) -> Any:
+        """What `load_json` returns for the text, or what it raises."""
+        value = self.value_or_raise()
+        if type(value) is RefusedShape:
+            raise value.refusal
+        return value
+
+
+class DecodedText(str):
+    """A frame's text together with what a decode process made of it: `parse_json`
+    returns that instead of decoding the text again."""
+
+    decoded: Decoded
+
+    @classmethod
+    def of(cls, text: str, decoded: Decoded) -> DecodedText:
+        wrapped = cls(text)
+        wrapped.decoded = decoded
+        return wrapped
+
+
+def decode_checked(raw: bytes | str, max_depth: int, max_values: int | None) -> Decoded:
+    """`load_json`, its refusals returned rather than raised: what a decode process runs.
+    A document over the limits comes back as its `RefusedShape`, so only its envelope
+    crosses back, not the millions of values it held."""
+    try:
+        value = parse_json(raw, max_depth)
+    except orjson.JSONDecodeError as exc:
+        return Decoded(syntax=(exc.msg, exc.pos, exc.lineno, exc.colno))
+    except JsonTooDeepError as exc:
+        return Decoded(too_deep=exc)
+    try:
+        check_shape(value, max_depth, max_values)
+    except (JsonTooDeepError, TooManyJsonValuesError) as exc:
+        return Decoded(RefusedShape.of(value, exc))
+    return Decoded(value)
 
 
 def too_deep(max_depth: int, path: tuple[str | int, ...]) -> JsonTooDeepError:

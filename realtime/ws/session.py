@@ -40,6 +40,7 @@ from starlette.websockets import WebSocket
 
 from realtime.observability.fast_metrics import FastCounterChild
 from realtime.observability.metrics import Metrics, RequestTimer
+from realtime.pipeline.json_process import DECODE_PROCESS_BYTES, decode_text
 from realtime.protocol.errors import (
     InternalError,
     RealtimeError,
@@ -245,6 +246,7 @@ class RealtimeSession:
         frames_in = self.metrics.frames_in
         loop = asyncio.get_running_loop()
         core, dialect = self.core, self.dialect
+        limits = self.settings.input_limits
         while core.reading:
             while core.read_paused:  # queue and read-ahead full: backpressure (TCP) from here
                 self._room.clear()
@@ -257,6 +259,8 @@ class RealtimeSession:
                 return
             text = message.get("text")
             if text is not None:
+                if len(text) >= DECODE_PROCESS_BYTES:  # decoded without holding the loop
+                    text = await decode_text(text, limits.max_json_depth, limits.max_json_values)
                 command = dialect.parse(text, core)
             else:
                 command = dialect.parse_binary(message.get("bytes") or b"")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import pickle
 from collections.abc import Callable
 
 import orjson
@@ -11,9 +12,11 @@ import pytest
 from realtime.protocol.json_input import (
     DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_MAX_JSON_VALUES,
+    DecodedText,
     JsonTooDeepError,
     TooManyJsonValuesError,
     check_shape,
+    decode_checked,
     load_json,
     parse_json,
 )
@@ -129,3 +132,47 @@ def test_a_huge_flat_array_is_refused_without_walking_it() -> None:
     with pytest.raises(TooManyJsonValuesError) as info:
         load_json(orjson.dumps(body), 64, DEFAULT_MAX_JSON_VALUES)
     assert info.value.param == "messages"
+
+
+# --- decoded elsewhere: `decode_checked` and what comes back from the decode process ---
+
+DOCUMENTS = [
+    b'{"request_id": "r", "messages": [1, 2, 3]}',
+    b'{"request_id": "r", "zeros": [' + b",".join([b"0"] * 50) + b"]}",
+    b'{"type": "x", "deep": ' + b"[" * 10 + b"]" * 10 + b"}",
+    b"[" * 2000 + b"]" * 2000,
+    b'{"a": [1, 2',
+    b"not json",
+    b'"just a string"',
+]
+
+
+def _outcome(call: Callable[[], object]) -> tuple[str, object]:
+    try:
+        return "value", call()
+    except orjson.JSONDecodeError as exc:
+        return "syntax", str(exc)
+    except (JsonTooDeepError, TooManyJsonValuesError) as exc:
+        return type(exc).__name__, (str(exc), exc.param, exc.code)
+
+
+@pytest.mark.parametrize("raw", DOCUMENTS)
+def test_a_document_decoded_elsewhere_gets_what_load_json_gives_or_raises(raw: bytes) -> None:
+    """Through pickling (the trip back from the decode process), for a body and a frame."""
+    direct = _outcome(lambda: load_json(raw, 8, 20))
+    decoded = pickle.loads(pickle.dumps(decode_checked(raw, 8, 20)))
+    assert _outcome(decoded.checked_value) == direct
+    text = DecodedText.of(raw.decode(), decoded)
+    assert _outcome(lambda: load_json(text, 8, 20)) == direct
+
+
+def test_a_refused_document_keeps_only_its_envelope_for_the_dialect() -> None:
+    """A frame refused for its shape can still be answered by its id, and brings back
+    none of the values that broke the limit."""
+    raw = b'{"request_id": "r7", "type": "response.create", "zeros": [' + b"0," * 99 + b"0]}"
+    text = DecodedText.of(raw.decode(), pickle.loads(pickle.dumps(decode_checked(raw, 8, 20))))
+    envelope = parse_json(text, 8)
+    assert envelope == {"request_id": "r7", "type": "response.create"}
+    with pytest.raises(TooManyJsonValuesError) as refused:
+        check_shape(envelope, 8, 20)
+    assert refused.value.param == "zeros"

@@ -1,0 +1,80 @@
+"""Decoding large client JSON in a process of its own, so no client's input holds the loop.
+
+A worker thread does not help here: orjson holds the GIL for the whole document,
+so a body of four million small values (8 MiB of `[0,0,...]`, within the body
+limit) stopped the event loop, and every other client, for 200 ms or more while
+it was decoded and then refused by `--max-json-values`. Inputs of at least
+`DECODE_PROCESS_BYTES` are therefore decoded and checked (depth, value count) in
+a decode process, `json_input.decode_checked`. What comes back is the value of a
+document within the limits (at most `--max-json-values` values, so taking it in
+is bounded too), or the refusal with only the document's envelope.
+
+One process per front-end process, started on the first large input. A flood of
+large inputs queues there: it delays its senders, not the loop. If the process
+dies (the machine ran out of memory), the input that was in it is decoded in a
+worker thread instead and the next large input starts a new process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import multiprocessing
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from realtime.pipeline.offload import off_loop
+from realtime.protocol.json_input import Decoded, DecodedText, decode_checked
+
+log = logging.getLogger("realtime.pipeline")
+
+#: Inputs at least this long (bytes of a body, characters of a frame) are decoded in the
+#: decode process. Below it decoding takes at most a few milliseconds (the worst case,
+#: small values, about 25 ms per MiB), less than a hop to the process and back saves.
+DECODE_PROCESS_BYTES = 128 * 1024
+
+_lock = threading.Lock()
+_executor: ProcessPoolExecutor | None = None
+
+
+def _pool() -> ProcessPoolExecutor:
+    global _executor
+    with _lock:
+        if _executor is None:
+            # spawn: a fresh interpreter, none of this process's threads or sockets.
+            _executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        return _executor
+
+
+def _discard(broken: ProcessPoolExecutor) -> None:
+    global _executor
+    with _lock:
+        if _executor is broken:
+            _executor = None
+    broken.shutdown(wait=False, cancel_futures=True)
+
+
+async def decode(raw: bytes | str, max_depth: int, max_values: int | None) -> Decoded:
+    """`decode_checked(raw, ...)`: in the decode process when `raw` is large, else here."""
+    if len(raw) < DECODE_PROCESS_BYTES:
+        return decode_checked(raw, max_depth, max_values)
+    pool = _pool()
+    try:
+        return await asyncio.get_running_loop().run_in_executor(
+            pool, decode_checked, raw, max_depth, max_values
+        )
+    except BrokenProcessPool:
+        log.warning("the JSON decode process died; decoding this input in a thread")
+        _discard(pool)
+        work = functools.partial(decode_checked, raw, max_depth, max_values)
+        return await off_loop(work, len(raw))
+
+
+async def decode_text(text: str, max_depth: int, max_values: int | None) -> str:
+    """A socket frame, ready for its dialect: a large one comes back as a `DecodedText`
+    whose `parse_json` costs nothing; a small one as it is."""
+    if len(text) < DECODE_PROCESS_BYTES:
+        return text
+    return DecodedText.of(text, await decode(text, max_depth, max_values))
