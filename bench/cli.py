@@ -1,9 +1,12 @@
-"""`python -m bench [--quick] [--scenarios a,b] [--out DIR] [--repeats N]`.
+"""`python -m bench [--quick] [--scenarios a,b] [--out DIR] [--repeats N] [--retries N]`.
 
 Runs the chosen scenarios (all by default) in order, each against its baseline
 in the same session, and writes DIR/results.md, DIR/results.json and one PNG per
 scenario. A scenario that fails is reported as failed (with the error in the
-report) and the others still run; the exit status is 1 if any failed.
+report) and the others still run; the exit status is 1 if any failed. With
+`--retries N` a scenario that raised runs again, up to N times, and the report
+names what it raised each time (the CI smoke run: one scenario's harness once
+timed out on a loaded machine, which says nothing about the others).
 Progress goes to stderr, the goal summary to stdout.
 """
 
@@ -62,6 +65,13 @@ def _parser() -> argparse.ArgumentParser:
         default=3,
         help="runs per variant; the report shows their median (default 3)",
     )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=0,
+        help="run a scenario that raised again, up to this many times; the report names "
+        "each error that was retried (default 0: a raise fails the scenario)",
+    )
     return parser
 
 
@@ -88,8 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown or not chosen:
         print(f"unknown scenario(s) {unknown}; choose from {', '.join(modules)}", file=sys.stderr)
         return 2
-    if args.repeats < 1:
-        print("--repeats must be at least 1", file=sys.stderr)
+    if args.repeats < 1 or args.retries < 0:
+        print("--repeats must be at least 1 and --retries at least 0", file=sys.stderr)
         return 2
     raise_fd_limit()
     out: Path = args.out
@@ -99,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         + (["--quick"] if args.quick else [])
         + ([f"--scenarios {','.join(chosen)}"] if len(chosen) < len(modules) else [])
         + ([f"--repeats {args.repeats}"] if args.repeats != 3 else [])
+        + ([f"--retries {args.retries}"] if args.retries else [])
         + ([f"--quiet-wait {args.quiet_wait:g}"] if args.quiet_wait else [])
     )
     results: list[ScenarioResult] = []
@@ -113,14 +124,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             started = time.monotonic()
             before = snapshot()
             monitor.reset_peak()
-            try:
-                result: ScenarioResult = module.run(ctx)
-            except Exception as exc:
-                failed = True
-                traceback.print_exc()
-                result = ScenarioResult(name, module.TITLE, module.SUMMARY, {})
-                result.notes.append(f"FAILED: {type(exc).__name__}: {exc}")
-                result.detail["error"] = f"{type(exc).__name__}: {exc}"
+            retried: list[str] = []
+            while True:
+                try:
+                    result: ScenarioResult = module.run(ctx)
+                except Exception as exc:
+                    traceback.print_exc()
+                    error = f"{type(exc).__name__}: {exc}"
+                    if len(retried) < args.retries:
+                        retried.append(error)
+                        ctx.log(name, f"raised ({error}); running it again")
+                        continue
+                    failed = True
+                    result = ScenarioResult(name, module.TITLE, module.SUMMARY, {})
+                    result.notes.append(f"FAILED: {error}")
+                    result.detail["error"] = error
+                break
+            for error in retried:
+                result.notes.append(f"Run again after it raised: {error}")
+            if retried:
+                result.detail["retried"] = retried
             result.seconds = time.monotonic() - started
             result.background = (other_cores(before, snapshot()), monitor.reset_peak())
             results.append(result)
@@ -139,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{goal.status:>4}  {result.name}: {goal.name}: "
                 f"{report.fmt(goal.value)} {goal.unit} (target {goal.target})"
             )
+        for error in result.detail.get("retried", ()):
+            print(f"RETRIED  {result.name}: {error}")
         if "error" in result.detail:
             print(f"FAIL  {result.name}: {result.detail['error']}")
     return 1 if failed else 0

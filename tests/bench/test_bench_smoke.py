@@ -14,6 +14,7 @@ import json
 import math
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +49,18 @@ pytestmark = pytest.mark.timeout(560)
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bench")
     completed = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
+        [sys.executable, "-m", "bench", "--quick", "--retries", "1", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=540,
     )
     assert completed.returncode == 0, _failure_report(completed.stdout, completed.stderr)
+    for line in completed.stdout.splitlines():
+        if line.startswith("RETRIED"):  # shown in the run's summary, not hidden by the retry
+            warnings.warn(
+                f"bench --quick: {line}\n{_failure_report('', completed.stderr)}", stacklevel=2
+            )
     return out
 
 
