@@ -22,9 +22,9 @@ stops at 1024 levels; that refusal gets the same error.
 Decoded elsewhere. orjson holds the GIL for a whole document (a body of four
 million small values takes it for 200 ms or more), so a transport hands a large
 input to a decode process (`realtime.pipeline.json_process`), which runs
-`decode_checked` and sends back a `Decoded`. A socket frame then reaches its
-dialect as a `DecodedText`: `parse_json` returns the value already decoded (or
-raises what decoding raised) and `check_shape` refuses a `RefusedShape` (the
+`decode_checked` and sends back a `Decoded`. A socket frame's dialect then
+parses it inside `decoded_as(text, decoded)`: `parse_json` returns the value
+already decoded (or raises what decoding raised) and `check_shape` refuses a `RefusedShape` (the
 envelope of a document over the limits, so a dialect can still name its
 `request_id`) without walking anything.
 """
@@ -35,6 +35,7 @@ import gc
 import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,8 +77,9 @@ def parse_json(raw: bytes | str, max_depth: int) -> Any:
     checked here: see `check_shape`, which callers run once they have read what
     they need to answer (a socket frame's `request_id`).
     """
-    if type(raw) is DecodedText:
-        return raw.decoded.value_or_raise()
+    known = _decoded.get()
+    if known is not None and known[0] is raw:
+        return known[1].value_or_raise()
     try:
         with _gc_paused():
             return orjson.loads(raw)
@@ -172,17 +174,21 @@ class Decoded:
         return value
 
 
-class DecodedText(str):
-    """A frame's text together with what a decode process made of it: `parse_json`
-    returns that instead of decoding the text again."""
+#: The text a decode process already read, and what it made of it, for the current task.
+_decoded: ContextVar[tuple[str, Decoded] | None] = ContextVar("decoded", default=None)
 
-    decoded: Decoded
 
-    @classmethod
-    def of(cls, text: str, decoded: Decoded) -> DecodedText:
-        wrapped = cls(text)
-        wrapped.decoded = decoded
-        return wrapped
+@contextmanager
+def decoded_as(text: str, decoded: Decoded) -> Iterator[None]:
+    """Inside the block, `parse_json(text)` (this very object) answers with `decoded`
+    instead of decoding the text again. A context variable, not a wrapper around the
+    text, so that dialects see the frame's own `str` (a copy of 8 MiB took 8 ms) and
+    their interface does not change."""
+    token = _decoded.set((text, decoded))
+    try:
+        yield
+    finally:
+        _decoded.reset(token)
 
 
 def decode_checked(raw: bytes | str, max_depth: int, max_values: int | None) -> Decoded:

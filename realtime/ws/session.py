@@ -40,11 +40,12 @@ from starlette.websockets import WebSocket
 
 from realtime.observability.fast_metrics import FastCounterChild
 from realtime.observability.metrics import Metrics, RequestTimer
-from realtime.pipeline.json_process import DECODE_PROCESS_BYTES, decode_text
+from realtime.pipeline.json_process import DECODE_PROCESS_BYTES, decode_frame
 from realtime.protocol.errors import (
     InternalError,
     RealtimeError,
 )
+from realtime.protocol.json_input import decoded_as
 from realtime.session.actions import (
     Action,
     CancelAll,
@@ -57,6 +58,7 @@ from realtime.session.actions import (
     StartRequest,
     StopReading,
 )
+from realtime.session.commands import Command
 from realtime.session.core import SessionCore
 from realtime.session.dialect import Dialect, DialectContext, DialectFactory
 from realtime.session.record import RequestRecord
@@ -246,7 +248,6 @@ class RealtimeSession:
         frames_in = self.metrics.frames_in
         loop = asyncio.get_running_loop()
         core, dialect = self.core, self.dialect
-        limits = self.settings.input_limits
         while core.reading:
             while core.read_paused:  # queue and read-ahead full: backpressure (TCP) from here
                 self._room.clear()
@@ -260,12 +261,22 @@ class RealtimeSession:
             text = message.get("text")
             if text is not None:
                 if len(text) >= DECODE_PROCESS_BYTES:  # decoded without holding the loop
-                    text = await decode_text(text, limits.max_json_depth, limits.max_json_values)
-                command = dialect.parse(text, core)
+                    command = await self._parse_large(text)
+                else:
+                    command = dialect.parse(text, core)
             else:
                 command = dialect.parse_binary(message.get("bytes") or b"")
             frames_in.labels(command.label).inc()
             await self._perform(core.command(command, now=now, received_at=time.perf_counter()))
+
+    async def _parse_large(self, text: str) -> Command:
+        """A large frame: decoded in the decode process, then parsed by the dialect. A
+        method of its own so that the decoded document is dropped once parsed, not kept
+        by the read loop until the next large frame."""
+        limits = self.settings.input_limits
+        decoded = await decode_frame(text, limits.max_json_depth, limits.max_json_values)
+        with decoded_as(text, decoded):
+            return self.dialect.parse(text, self.core)
 
     # --- the watchdog: the core's timer ---
 

@@ -12,11 +12,11 @@ import pytest
 from realtime.protocol.json_input import (
     DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_MAX_JSON_VALUES,
-    DecodedText,
     JsonTooDeepError,
     TooManyJsonValuesError,
     check_shape,
     decode_checked,
+    decoded_as,
     load_json,
     parse_json,
 )
@@ -162,17 +162,29 @@ def test_a_document_decoded_elsewhere_gets_what_load_json_gives_or_raises(raw: b
     direct = _outcome(lambda: load_json(raw, 8, 20))
     decoded = pickle.loads(pickle.dumps(decode_checked(raw, 8, 20)))
     assert _outcome(decoded.checked_value) == direct
-    text = DecodedText.of(raw.decode(), decoded)
-    assert _outcome(lambda: load_json(text, 8, 20)) == direct
+    text = raw.decode()
+    with decoded_as(text, decoded):
+        assert _outcome(lambda: load_json(text, 8, 20)) == direct
 
 
 def test_a_refused_document_keeps_only_its_envelope_for_the_dialect() -> None:
     """A frame refused for its shape can still be answered by its id, and brings back
     none of the values that broke the limit."""
     raw = b'{"request_id": "r7", "type": "response.create", "zeros": [' + b"0," * 99 + b"0]}"
-    text = DecodedText.of(raw.decode(), pickle.loads(pickle.dumps(decode_checked(raw, 8, 20))))
-    envelope = parse_json(text, 8)
+    text = raw.decode()
+    with decoded_as(text, pickle.loads(pickle.dumps(decode_checked(raw, 8, 20)))):
+        envelope = parse_json(text, 8)
     assert envelope == {"request_id": "r7", "type": "response.create"}
     with pytest.raises(TooManyJsonValuesError) as refused:
         check_shape(envelope, 8, 20)
     assert refused.value.param == "zeros"
+
+
+def test_only_the_very_text_decoded_elsewhere_is_answered_from_it() -> None:
+    """An equal string, or the same one outside the block, is decoded as usual."""
+    text = '{"a": 1}'
+    other = "".join(['{"a": ', "1}"])
+    with decoded_as(text, decode_checked(b'{"a": 2}', 8, 20)):
+        assert parse_json(text, 8) == {"a": 2}
+        assert parse_json(other, 8) == {"a": 1}
+    assert parse_json(text, 8) == {"a": 1}
