@@ -59,9 +59,12 @@ class RedactingServerProtocol(ServerProtocol):
         return Response(code.value, code.phrase, headers, body)
 
 
-def redacting_copy(protocol: ServerProtocol) -> RedactingServerProtocol:
-    """A `RedactingServerProtocol` with the settings uvicorn gave `protocol` (before any I/O)."""
-    return RedactingServerProtocol(
+def redacting_copy(
+    protocol: ServerProtocol, kind: type[RedactingServerProtocol] = RedactingServerProtocol
+) -> RedactingServerProtocol:
+    """A `kind` (a `RedactingServerProtocol`) with the settings uvicorn gave `protocol`
+    (before any I/O)."""
+    return kind(
         origins=protocol.origins,
         extensions=protocol.available_extensions,
         subprotocols=protocol.available_subprotocols,

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Generator
+from typing import Any
 
 from websockets.exceptions import PayloadTooBig, ProtocolError
 from websockets.frames import CloseCode, Frame
 from websockets.protocol import OPEN
 
 from realtime.ws.handshake import RedactingServerProtocol
+from realtime.ws.stream_reader import GatheringStreamReader
 
 #: Text, binary and continuation: the frames skipped after the Close 1009.
 _DATA_OPCODES = frozenset({0x0, 0x1, 0x2})
@@ -41,10 +43,18 @@ _FRAGMENT_SIZE_ATTRIBUTES = ("current_size", "cur_size")
 
 
 class RealtimeServerProtocol(RedactingServerProtocol):
-    """Also refuses a bad handshake without quoting it (`RedactingServerProtocol`)."""
+    """Also refuses a bad handshake without quoting it (`RedactingServerProtocol`), and
+    reads a large frame's payload with one copy (`GatheringStreamReader`)."""
 
     #: The PayloadTooBig answered with a Close 1009 and a skip, not a failure.
     _answered: PayloadTooBig | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Before any data: the parser websockets started reads from the reader it had.
+        self.reader = GatheringStreamReader()
+        self.parser = self.parse()
+        next(self.parser)
 
     def fail(self, code: int, reason: str = "") -> None:
         # `parse()` calls this from its `except PayloadTooBig` block: the exception says

@@ -40,12 +40,11 @@ from starlette.websockets import WebSocket
 
 from realtime.observability.fast_metrics import FastCounterChild
 from realtime.observability.metrics import Metrics, RequestTimer
-from realtime.pipeline.json_process import DECODE_PROCESS_BYTES, decode_frame
+from realtime.pipeline.json_process import DECODE_PROCESS_BYTES
 from realtime.protocol.errors import (
     InternalError,
     RealtimeError,
 )
-from realtime.protocol.json_input import decoded_as
 from realtime.session.actions import (
     Action,
     CancelAll,
@@ -58,7 +57,6 @@ from realtime.session.actions import (
     StartRequest,
     StopReading,
 )
-from realtime.session.commands import Command
 from realtime.session.core import SessionCore
 from realtime.session.dialect import Dialect, DialectContext, DialectFactory
 from realtime.session.record import RequestRecord
@@ -70,6 +68,7 @@ from realtime.ws.bookkeeping import (
     report_violation,
     when_all_done,
 )
+from realtime.ws.large_frames import parse_large
 from realtime.ws.outbox import Outbox
 from realtime.ws.socket_settings import SocketSettings
 from realtime.ws.transport import WRITABLE_EXTENSION
@@ -261,22 +260,14 @@ class RealtimeSession:
             text = message.get("text")
             if text is not None:
                 if len(text) >= DECODE_PROCESS_BYTES:  # decoded without holding the loop
-                    command = await self._parse_large(text)
+                    limits = self.settings.input_limits
+                    command = await parse_large(dialect, text, core, limits)
                 else:
                     command = dialect.parse(text, core)
             else:
                 command = dialect.parse_binary(message.get("bytes") or b"")
             frames_in.labels(command.label).inc()
             await self._perform(core.command(command, now=now, received_at=time.perf_counter()))
-
-    async def _parse_large(self, text: str) -> Command:
-        """A large frame: decoded in the decode process, then parsed by the dialect. A
-        method of its own so that the decoded document is dropped once parsed, not kept
-        by the read loop until the next large frame."""
-        limits = self.settings.input_limits
-        decoded = await decode_frame(text, limits.max_json_depth, limits.max_json_values)
-        with decoded_as(text, decoded):
-            return self.dialect.parse(text, self.core)
 
     # --- the watchdog: the core's timer ---
 

@@ -94,10 +94,9 @@ class RealtimeWebSocketProtocol(WebSocketsSansIOProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Handshake refusals name the bad header, never quote it (realtime.ws.handshake).
-        self.conn = redacting_copy(self.conn)
         # The copy keeps uvicorn's size limit and extensions; the subclass (itself a
-        # redacting one) only changes what happens after a 1009.
-        self.conn.__class__ = RealtimeServerProtocol
+        # redacting one) changes what happens after a 1009 and how large frames are read.
+        self.conn = redacting_copy(self.conn, RealtimeServerProtocol)
 
     def connection_made(self, transport: BaseTransport) -> None:
         # Called by uvicorn's HTTP protocol as it hands the connection over (the
