@@ -33,6 +33,7 @@ import orjson
 from bench.client_loop import run as run_client
 from bench.context import RunContext, rotated
 from bench.machine_load import BACKGROUND, other_cores, snapshot
+from bench.neighbour import read_response
 from bench.procs import running, start_server
 from bench.results import Chart, Goal, ScenarioResult, Series, paired_ratios, percentile
 
@@ -127,17 +128,6 @@ def _hostile_request(variant: str, n: int) -> bytes:
     )
 
 
-async def _read_response(reader: asyncio.StreamReader) -> int:
-    head = await reader.readuntil(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":", 1)[1])
-    await reader.readexactly(length)
-    return status
-
-
 async def _loop(
     port: int,
     make: Callable[[int], bytes],
@@ -151,7 +141,7 @@ async def _loop(
                 return
             t0 = time.perf_counter()
             writer.write(make(n))
-            status = await _read_response(reader)
+            status = await read_response(reader)
             on_done(time.perf_counter() - t0, status)
     finally:
         writer.close()
@@ -250,7 +240,7 @@ async def _warm(port: int) -> None:
     try:
         for variant in (ENDLESS, WIDE, ENUM, ANY_OF):
             writer.write(_hostile_request(variant, 0))
-            await _read_response(reader)
+            await read_response(reader)
     finally:
         writer.close()
 
