@@ -9,7 +9,8 @@ a decode process, `json_input.decode_checked`. What comes back is the value of a
 document within the limits (at most `--max-json-values` values, so taking it in
 is bounded too), or the refusal with only the document's envelope.
 
-One process per front-end process, started on the first large input. A flood of
+One process per front-end process, started on the first large input; it exits
+when the server does, however the server ends (`json_worker.exit_with_parent`). A flood of
 large inputs queues there: it delays its senders, not the loop. If the process
 dies (the machine ran out of memory), the input that was in it is decoded in a
 worker thread instead and the next large input starts a new process.
@@ -21,13 +22,15 @@ import asyncio
 import functools
 import logging
 import multiprocessing
+import os
 import pickle
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from realtime.pipeline.offload import off_loop
-from realtime.protocol.json_input import Decoded, decode_checked, decode_pickled
+from realtime.protocol.json_input import Decoded, decode_checked
+from realtime.protocol.json_worker import decode_pickled, exit_with_parent
 
 log = logging.getLogger("realtime.pipeline")
 
@@ -45,7 +48,12 @@ def _pool() -> ProcessPoolExecutor:
     with _lock:
         if _executor is None:
             # spawn: a fresh interpreter, none of this process's threads or sockets.
-            _executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+            _executor = ProcessPoolExecutor(
+                1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=exit_with_parent,
+                initargs=(os.getpid(),),
+            )
         return _executor
 
 

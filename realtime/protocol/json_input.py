@@ -32,7 +32,6 @@ envelope of a document over the limits, so a dialect can still name its
 from __future__ import annotations
 
 import gc
-import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -206,12 +205,6 @@ def decode_checked(raw: bytes | str, max_depth: int, max_values: int | None) -> 
     except (JsonTooDeepError, TooManyJsonValuesError) as exc:
         return Decoded(RefusedShape.of(value, exc))
     return Decoded(value)
-
-
-def decode_pickled(raw: bytes | str, max_depth: int, max_values: int | None) -> bytes:
-    """`decode_checked`, pickled: the decode process's answer arrives as one bytes object,
-    which the caller unpickles on its own thread."""
-    return pickle.dumps(decode_checked(raw, max_depth, max_values), pickle.HIGHEST_PROTOCOL)
 
 
 def too_deep(max_depth: int, path: tuple[str | int, ...]) -> JsonTooDeepError:

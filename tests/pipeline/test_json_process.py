@@ -142,3 +142,19 @@ async def test_large_frames_are_decoded_in_a_child_process_with_the_same_answers
     log = server.stderr()
     assert "Traceback" not in log, log
     assert "ERROR" not in log, log
+
+
+async def test_the_decode_process_exits_when_the_server_is_killed(serve_process):
+    """kill -9 of the server leaves no decode process behind (holding its stderr open)."""
+    server = serve_process()
+    async with httpx.AsyncClient(base_url=server.http_url, timeout=60) as client:
+        wide = await client.post(
+            "/v1/chat/completions",
+            content=_wide_body(),
+            headers={"content-type": "application/json"},
+        )
+        assert wide.status_code == 400
+    (child,) = _decode_processes(server.proc.pid)
+    server.proc.kill()
+    server.proc.wait(10)
+    await async_wait_until(lambda: not Path(f"/proc/{child}").exists(), timeout=10)
