@@ -24,9 +24,13 @@ import logging
 import multiprocessing
 import os
 import pickle
+import sys
 import threading
+import types
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 
 from realtime.pipeline.offload import off_loop
 from realtime.protocol.json_input import Decoded, decode_checked
@@ -65,15 +69,33 @@ def _discard(broken: ProcessPoolExecutor) -> None:
     broken.shutdown(wait=False, cancel_futures=True)
 
 
+@contextmanager
+def _main_script_hidden() -> Iterator[None]:
+    """No `__main__` for the decode process to run again. spawn runs the parent's main
+    script in the child before anything else, so a script that calls
+    `realtime.serve(...)` at its top level, without an `if __name__ == "__main__"`
+    guard (as the embedding how-to shows), would start a second server in the decode
+    process. The child needs nothing from it: its function lives in `json_worker`."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")  # no __file__, no __spec__
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
 async def decode(raw: bytes | str, max_depth: int, max_values: int | None) -> Decoded:
     """`decode_checked(raw, ...)`: in the decode process when `raw` is large, else here."""
     if len(raw) < DECODE_PROCESS_BYTES:
         return decode_checked(raw, max_depth, max_values)
     pool = _pool()
     try:
-        data = await asyncio.get_running_loop().run_in_executor(
-            pool, decode_pickled, raw, max_depth, max_values
-        )
+        with _main_script_hidden():  # the submit starts the process, the first time
+            pending = asyncio.get_running_loop().run_in_executor(
+                pool, decode_pickled, raw, max_depth, max_values
+            )
+        data = await pending
     except BrokenProcessPool:
         log.warning("the JSON decode process died; decoding this input in a thread")
         _discard(pool)

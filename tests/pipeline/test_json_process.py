@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -158,3 +161,48 @@ async def test_the_decode_process_exits_when_the_server_is_killed(serve_process)
     server.proc.kill()
     server.proc.wait(10)
     await async_wait_until(lambda: not Path(f"/proc/{child}").exists(), timeout=10)
+
+
+UNGUARDED_SCRIPT = """
+import realtime
+from realtime.engine.echo import EchoEngine
+
+realtime.serve(EchoEngine(), realtime.ServerConfig(host="127.0.0.1", port=0))
+"""
+
+
+def test_a_script_serving_without_a_main_guard_is_not_run_again(tmp_path: Path) -> None:
+    """spawn runs the parent's main script in the child first; a script that serves at its
+    top level (as the embedding how-to's example does) must not start a second server in
+    the decode process."""
+    script = tmp_path / "serve_unguarded.py"
+    script.write_text(UNGUARDED_SCRIPT)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=Path(__file__).resolve().parents[2],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        ports: list[str] = []
+        while not ports:
+            line = proc.stderr.readline()
+            assert line, "the script exited before serving"
+            ports = re.findall(r"serving model .* on http://127\.0\.0\.1:(\d+)/v1", line)
+        port = int(ports[0])
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            for _ in range(2):
+                wide = client.post(
+                    "/v1/chat/completions",
+                    content=_wide_body(),
+                    headers={"content-type": "application/json"},
+                )
+                assert wide.status_code == 400
+                assert wide.json()["error"]["code"] == "too_many_json_values"
+        assert len(_decode_processes(proc.pid)) == 1  # the same one both times
+    finally:
+        proc.terminate()
+        _, log = proc.communicate(timeout=30)
+    assert "serving model" not in log, log  # no second server's (both lines come first)
+    assert "Traceback" not in log, log
