@@ -6,6 +6,12 @@ for `seconds`, driven by load-generator worker processes (plain asyncio HTTP/1.1
 keep-alive clients that count `data:` lines). Per server variant, interleaved and
 repeated: chunks/s, time to first chunk (p50, p99) and the server's CPU per chunk
 (its whole process tree: the supervisor and every front end).
+
+`--dynamo-python PATH` adds the peer the issue names, NVIDIA Dynamo's Rust frontend
+with its echo engine (`bench/dynamo_echo.py`), run from its own virtual environment
+and measured the same way, interleaved with ours. Its echo streams one character
+per chunk, ours one token (up to 6 bytes) per chunk: the figures compare the cost of
+a chunk, not of an answer.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 
 from bench.batching.servers import tree_cpu_seconds
 from bench.procs import ServerProcess, raise_fd_limit, start_server
+from realtime.testing.postgres import free_port
 
 PROMPT = " ".join(f"word{i}" for i in range(60))
 
@@ -111,6 +118,18 @@ def start(front_ends: int, scratch: Path) -> ServerProcess:
     return start_server(f"realtime-{front_ends}", argv, scratch)
 
 
+def start_dynamo(python: str, scratch: Path) -> ServerProcess:
+    """Dynamo's frontend and echo engine (`bench/dynamo_echo.py`) on a free port."""
+    from realtime.testing.tiny_model import build_tiny_model
+
+    model_dir = scratch / "dynamo-model"
+    if not model_dir.exists():
+        build_tiny_model(model_dir)  # Dynamo reads the tokenizer and chat template
+    env = dict(os.environ, DYN_TOKEN_ECHO_DELAY_MS="0", DYN_LOG="warn")
+    argv = ["bench/dynamo_echo.py", str(model_dir), str(free_port())]
+    return start_server("dynamo", argv, scratch, python=python, env=env, timeout=120)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--front-ends", default="1,2")
@@ -118,13 +137,24 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--dynamo-python",
+        help="the python of a venv with ai-dynamo 1.6.1: adds Dynamo's frontend as the peer",
+    )
     args = parser.parse_args()
     raise_fd_limit()
-    counts = [int(n) for n in args.front_ends.split(",")]
+    counts: list[int | str] = [int(n) for n in args.front_ends.split(",")]
+    if args.dynamo_python:
+        counts.append("dynamo")
     print(f"load before: {os.getloadavg()}")
     with tempfile.TemporaryDirectory(prefix="bench-front-ends-") as scratch:
-        servers = {n: start(n, Path(scratch)) for n in counts}
-        runs: dict[int, list[dict[str, float]]] = {n: [] for n in counts}
+        servers = {
+            n: start_dynamo(args.dynamo_python, Path(scratch))
+            if n == "dynamo"
+            else start(int(n), Path(scratch))
+            for n in counts
+        }
+        runs: dict[int | str, list[dict[str, float]]] = {n: [] for n in counts}
         try:
             for repeat in range(args.repeats):
                 order = counts if repeat % 2 == 0 else counts[::-1]
@@ -139,7 +169,8 @@ def main() -> None:
     print(f"\nmedian of {args.repeats}, {args.streams} SSE streams, echo, zero delay")
     for n in counts:
         cells = {k: statistics.median(r[k] for r in runs[n]) for k in runs[n][0]}
-        print(f"--api-servers {n}: " + ", ".join(f"{k} {v:,.1f}" for k, v in cells.items()))
+        label = "dynamo 1.6.1" if n == "dynamo" else f"--api-servers {n}"
+        print(f"{label}: " + ", ".join(f"{k} {v:,.1f}" for k, v in cells.items()))
 
 
 if __name__ == "__main__":

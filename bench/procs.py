@@ -106,16 +106,25 @@ class ServerProcess:
 
 
 def start_server(
-    name: str, argv: Sequence[str], log_dir: Path, *, timeout: float = 30.0
+    name: str,
+    argv: Sequence[str],
+    log_dir: Path,
+    *,
+    timeout: float = 30.0,
+    python: str = sys.executable,
+    env: dict[str, str] | None = None,
 ) -> ServerProcess:
-    """Start `python argv...` and wait for the line that names its loopback port."""
+    """Start `python argv...` and wait for the line that names its loopback port.
+
+    `python` and `env` run a peer server from its own virtual environment."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}-{time.monotonic_ns()}.log"
     raise_fd_limit()
     with log_path.open("w") as log:
         popen = subprocess.Popen(
-            [sys.executable, *argv],
+            [python, *argv],
             cwd=ROOT,
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=log,
