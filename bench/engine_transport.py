@@ -41,7 +41,7 @@ def _batch(step: int) -> list[tuple[int, list[int], None, int | None]]:
 
 def _codec(name: str) -> tuple[Callable[[Any], bytes], Callable[[bytes], Any]]:
     if name == "msgpack":
-        import msgpack  # type: ignore[import-untyped]
+        import msgpack
 
         return msgpack.packb, msgpack.unpackb
     return (lambda value: pickle.dumps(value, protocol=5)), pickle.loads
