@@ -241,7 +241,7 @@ def run(candidate: str, mode: str) -> dict[str, float]:
                 context.term()
 
         count = uvloop.run(main())
-        process = None  # type: ignore[assignment]
+        process = None
     if process is not None:
         process.join()
     elapsed = time.perf_counter() - started

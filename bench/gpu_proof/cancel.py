@@ -109,7 +109,7 @@ async def _sample(
 def measure(engine: ExLlamaV2Engine, *, samples: int, answer_tokens: int) -> dict[str, Any]:
     """Serve `engine` in this process and cancel `samples` answers each way."""
     config = ServerConfig(host="127.0.0.1", port=0, log_level="warning")
-    app = build_app(config, engine)  # type: ignore[arg-type]
+    app = build_app(config, engine)
     settings = uvicorn_config(config, app)
     tap = StepTap(app, engine)
     settings.app = tap
