@@ -105,7 +105,7 @@ class WsClient(asyncio.Protocol):
             "Upgrade: websocket\r\nConnection: Upgrade\r\n"
             f"Sec-WebSocket-Key: {self._key.decode()}\r\nSec-WebSocket-Version: 13\r\n\r\n"
         )
-        transport.write(request.encode())
+        self.transport.write(request.encode())
 
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter()
