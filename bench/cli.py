@@ -125,9 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             before = snapshot()
             monitor.reset_peak()
             retried: list[str] = []
+            result: ScenarioResult
             while True:
                 try:
-                    result: ScenarioResult = module.run(ctx)
+                    result = module.run(ctx)
                 except Exception as exc:
                     traceback.print_exc()
                     error = f"{type(exc).__name__}: {exc}"
