@@ -184,7 +184,9 @@ class Loop:
         torch.set_num_threads(threads)
         files = load_model_dir(model_dir)
         self.tokenizer = files.tokenizer
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        # Any, as in realtime's cpu engine: transformers leaves the model's eval() untyped.
+        model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.model = model.eval()
         width = int(self.model.config.vocab_size)
         self.binding = TokenizerBinding(
             files.tokenizer.backend, eos_token_ids=files.tokenizer.eos_token_ids, logits_width=width

@@ -79,13 +79,16 @@ class Bare:
         self.torch = torch
         torch.set_num_threads(threads)
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        ids = tokenizer.apply_chat_template(
+        # Typed as the union of every tokenize/return_dict combination; tokenize=True gives ids.
+        ids: Any = tokenizer.apply_chat_template(
             [{"role": "user", "content": PROMPT}], add_generation_prompt=True, tokenize=True
         )
         if not isinstance(ids, list):  # newer transformers return a BatchEncoding
             ids = ids["input_ids"]
         self.prompt_ids: list[int] = [int(i) for i in ids]
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        # Any, as in realtime's cpu engine: transformers leaves the model's eval() untyped.
+        model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.model = model.eval()
 
     def decode(self, tokens: int) -> tuple[float, list[int]]:
         """Greedy decode of `tokens` tokens: (seconds from first token to last, the ids)."""
