@@ -31,6 +31,7 @@ All variants alternate, the order rotating per repeat.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import time
 from collections.abc import Callable
@@ -368,7 +369,7 @@ def run(ctx: RunContext) -> ScenarioResult:
     starts: dict[str, Callable[[], Any] | None] = {UNCONSTRAINED: None}
     for variant, spec in specs.items():
         compiler.check(spec)
-        starts[variant] = lambda spec=spec: compiler.start(spec)
+        starts[variant] = functools.partial(compiler.start, spec)
     argv = [
         "-m", "realtime", "serve", "--host", "127.0.0.1", "--port", "0",
         "--engine", "cpu", "--model", str(model_dir), "--model-name", MODEL_NAME,

@@ -159,20 +159,16 @@ async def _one(port: int, p: Params, variant: str) -> dict[str, float]:
     def hostile_done(seconds: float, status: int) -> None:
         statuses[status] = statuses.get(status, 0) + 1
 
+    def hostile(c: int) -> Callable[[int], bytes]:
+        """Client `c`'s request bodies: its n-th is seeded n * CLIENTS + c (distinct seeds)."""
+        return lambda n: _hostile_request(variant, n * CLIENTS + c)
+
     # Warm: the variant's grammar compiled once, outside the window (but for FRESH).
     stop = asyncio.Event()
     tasks = [asyncio.create_task(_loop(port, lambda n: _neighbour_request(), stop, neighbour_done))]
     if variant != IDLE:
         tasks += [
-            asyncio.create_task(
-                _loop(
-                    port,
-                    lambda n, c=c: _hostile_request(variant, n * CLIENTS + c),
-                    stop,
-                    hostile_done,
-                )
-            )
-            for c in range(CLIENTS)
+            asyncio.create_task(_loop(port, hostile(c), stop, hostile_done)) for c in range(CLIENTS)
         ]
     await asyncio.sleep(p.seconds)
     stop.set()
