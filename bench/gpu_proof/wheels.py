@@ -54,7 +54,8 @@ NOT_CARRIED = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*)$")
 
 def requirements() -> list[str]:
     """realtime's runtime requirements (pyproject.toml) plus the driver's."""
-    import tomllib
+    # Python 3.11+ (the machine running `download`); mypy checks bench/ as 3.10 (pyproject).
+    import tomllib  # type: ignore[import-not-found]
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
     return [*project["dependencies"], *DRIVER_REQUIREMENTS]
