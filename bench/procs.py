@@ -113,17 +113,20 @@ def start_server(
     timeout: float = 30.0,
     python: str = sys.executable,
     env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
 ) -> ServerProcess:
     """Start `python argv...` and wait for the line that names its loopback port.
 
-    `python` and `env` run a peer server from its own virtual environment."""
+    `python` and `env` run a peer server from its own virtual environment; `cwd`
+    another checkout's `python -m realtime` (the working directory comes first on
+    `sys.path`)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}-{time.monotonic_ns()}.log"
     raise_fd_limit()
     with log_path.open("w") as log:
         popen = subprocess.Popen(
             [python, *argv],
-            cwd=ROOT,
+            cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -161,8 +164,11 @@ def start_server(
 MAX_CONNECTIONS = 20_000
 
 
-def start_realtime(log_dir: Path, *, echo_delay: float = 0.0) -> ServerProcess:
-    """`python -m realtime serve` on a free port, quiet logs, the echo engine."""
+def start_realtime(
+    log_dir: Path, *, echo_delay: float = 0.0, checkout: Path = ROOT
+) -> ServerProcess:
+    """`python -m realtime serve` on a free port, quiet logs, the echo engine (of
+    `checkout`, another clone's, to compare two commits side by side)."""
     argv = [
         "-m",
         "realtime",
@@ -184,7 +190,7 @@ def start_realtime(log_dir: Path, *, echo_delay: float = 0.0) -> ServerProcess:
         "--max-connections",
         str(MAX_CONNECTIONS),
     ]
-    return start_server("realtime", argv, log_dir)
+    return start_server("realtime", argv, log_dir, cwd=checkout)
 
 
 def start_raw(

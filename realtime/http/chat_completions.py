@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from realtime.dialects.chat.request import parse_chat_request
 from realtime.dialects.chat.run import ChatRun
-from realtime.http.serving import begin, read_json_body, respond, scope_of
+from realtime.http.serving import begin, read_request, respond, scope_of
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import RealtimeError
 
@@ -22,8 +22,7 @@ async def chat_completions(request: Request) -> Response:
     pipeline: ChatPipeline = state.pipeline
     outcome = begin(request)
     try:
-        limits = state.http.input_limits
-        chat_request = parse_chat_request(await read_json_body(request), limits)
+        chat_request = await read_request(request, parse_chat_request)
         scope = scope_of(request, outcome)
         streaming = bool(chat_request.stream)
         run = ChatRun.prepare(

@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from realtime.dialects.chat.completion_run import CompletionRun
 from realtime.dialects.chat.completions import parse_completion_request
-from realtime.http.serving import begin, read_json_body, respond, scope_of
+from realtime.http.serving import begin, read_request, respond, scope_of
 from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.errors import RealtimeError
 
@@ -21,8 +21,7 @@ async def completions(request: Request) -> Response:
     pipeline: CompletionPipeline = state.completions
     outcome = begin(request)
     try:
-        limits = state.http.input_limits
-        body = parse_completion_request(await read_json_body(request), limits)
+        body = await read_request(request, parse_completion_request)
         scope = scope_of(request, outcome)
         streaming = bool(body.stream)
         run = CompletionRun.prepare(

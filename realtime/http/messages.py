@@ -31,7 +31,7 @@ from realtime.dialects.messages.errors import error_body
 from realtime.dialects.messages.run import MessagesRun, count_tokens
 from realtime.http.errors import Endpoint, openai_errors
 from realtime.http.http_settings import HttpSettings
-from realtime.http.serving import begin, read_json_body, respond, scope_of
+from realtime.http.serving import begin, read_json_body, read_request, respond, scope_of
 from realtime.http.sse import SseFraming
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import RealtimeError
@@ -70,7 +70,7 @@ async def create_message(request: Request) -> Response:
     settings: HttpSettings = state.http
     outcome = begin(request)
     try:
-        body = parse_messages_request(await read_json_body(request), settings.input_limits)
+        body = await read_request(request, parse_messages_request)
         scope = scope_of(request, outcome)
         streaming = bool(body.stream)
         run = MessagesRun.prepare(

@@ -28,7 +28,7 @@ from starlette.responses import Response
 
 from realtime.asgi.auth import bearer_token
 from realtime.asgi.responses import ORJSONResponse
-from realtime.dialects.responses.request import ResponsesRequest
+from realtime.dialects.responses.request import ResponsesRequest, parse_responses_request
 from realtime.dialects.responses.service import PreparedResponse, ResponsesService
 from realtime.http.background import create_background, resume, runs_of, stream_query
 from realtime.http.cache_scope import CacheScope, field_scope
@@ -77,7 +77,10 @@ async def create_response(request: Request) -> Response:
     service = _service(request)
     outcome = begin(request)
     try:
-        body = await read_json_body(request)
+        # A large body the request model refuses is refused in the decode process.
+        body = await read_json_body(
+            request, functools.partial(parse_responses_request, limits=service.limits)
+        )
         # Validating every input item of a large body takes as long as its size: off the loop.
         parsed = await off_loop(functools.partial(service.parse, body), len(await request.body()))
         scope = _cache_scope(request, parsed, outcome)

@@ -14,11 +14,12 @@ an answer (an SSE error event, or a 503 body), not dropped.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from starlette.requests import Request
@@ -44,17 +45,33 @@ log = logging.getLogger("realtime.http")
 TRANSPORT = "http"
 
 
-async def read_json_body(request: Request) -> Any:
+async def read_json_body(request: Request, parse: Callable[[Any], object] | None = None) -> Any:
     """The body, decoded and checked (depth, value count): in the decode process when it
     is large (`json_process`), since decoding a body of megabytes holds the GIL, and so
-    every client's event loop, for as long."""
+    every client's event loop, for as long. `parse` is the route's validation of the
+    body (a module-level function; `functools.partial` of one pickles too): a large
+    body it refuses is refused there, and only the error comes back."""
     body = await request.body()
     limits = request.app.state.http.input_limits
-    decoded = await json_process.decode(body, limits.max_json_depth, limits.max_json_values)
+    decoded = await json_process.decode(
+        body, limits.max_json_depth, limits.max_json_values, parse=parse
+    )
     try:
         return decoded.checked_value()
     except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from None
+
+
+Parsed = TypeVar("Parsed")
+
+
+async def read_request(request: Request, parse: Callable[..., Parsed]) -> Parsed:
+    """The body parsed by the route's `parse(data, limits=...)` (a module-level function):
+    for a large body, it runs in the decode process first, so a body it refuses is
+    refused without the document coming back (`read_json_body`)."""
+    check = functools.partial(parse, limits=request.app.state.http.input_limits)
+    parsed: Parsed = check(await read_json_body(request, check))
+    return parsed
 
 
 class Outcome:

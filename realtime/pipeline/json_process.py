@@ -27,10 +27,11 @@ import pickle
 import sys
 import threading
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
+from typing import Any
 
 from realtime.pipeline.offload import off_loop
 from realtime.protocol.json_input import Decoded, decode_checked
@@ -85,15 +86,26 @@ def _main_script_hidden() -> Iterator[None]:
             sys.modules["__main__"] = main
 
 
-async def decode(raw: bytes | str, max_depth: int, max_values: int | None) -> Decoded:
-    """`decode_checked(raw, ...)`: in the decode process when `raw` is large, else here."""
+async def decode(
+    raw: bytes | str,
+    max_depth: int,
+    max_values: int | None,
+    *,
+    parse: Callable[[Any], object] | None = None,
+) -> Decoded:
+    """`decode_checked(raw, ...)`: in the decode process when `raw` is large, else here.
+
+    `parse`, a module-level function (it is pickled by name), is the caller's own
+    validation of the value: run in the decode process too, a large document it
+    refuses comes back as its refusal (`json_worker.decode_pickled`), and the caller's
+    own parse of the value raises the same error for a small one."""
     if len(raw) < DECODE_PROCESS_BYTES:
         return decode_checked(raw, max_depth, max_values)
     pool = _pool()
     try:
         with _main_script_hidden():  # the submit starts the process, the first time
             pending = asyncio.get_running_loop().run_in_executor(
-                pool, decode_pickled, raw, max_depth, max_values
+                pool, decode_pickled, raw, max_depth, max_values, parse
             )
         data = await pending
     except BrokenProcessPool:
@@ -107,9 +119,15 @@ async def decode(raw: bytes | str, max_depth: int, max_values: int | None) -> De
     return decoded
 
 
-async def decode_frame(text: str, max_depth: int, max_values: int | None) -> Decoded:
+async def decode_frame(
+    text: str,
+    max_depth: int,
+    max_values: int | None,
+    *,
+    parse: Callable[[Any], object] | None = None,
+) -> Decoded:
     """`decode` for a socket frame's text, sent to the decode process as UTF-8 bytes:
     pickling a `str` encodes it and copies it twice more (20 ms for 8 MiB, holding the
     GIL in the executor's feeder thread); encoding it here and pickling the bytes costs
     a fifth of that. orjson reads either."""
-    return await decode(text.encode(), max_depth, max_values)
+    return await decode(text.encode(), max_depth, max_values, parse=parse)

@@ -10,8 +10,11 @@ import os
 import pickle
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
-from realtime.protocol.json_input import decode_checked
+from realtime.protocol.errors import InvalidRequestError
+from realtime.protocol.json_input import Decoded, RefusedShape, decode_checked
 
 #: How often the decode process looks for its parent.
 PARENT_POLL_S = 0.5
@@ -31,7 +34,42 @@ def exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def decode_pickled(raw: bytes | str, max_depth: int, max_values: int | None) -> bytes:
+def decode_pickled(
+    raw: bytes | str,
+    max_depth: int,
+    max_values: int | None,
+    parse: Callable[[Any], object] | None = None,
+) -> bytes:
     """`decode_checked`, pickled: the answer arrives as one bytes object, which the
-    server unpickles on its own thread (`json_process.decode` says why)."""
-    return pickle.dumps(decode_checked(raw, max_depth, max_values), pickle.HIGHEST_PROTOCOL)
+    server unpickles on its own thread (`json_process.decode` says why).
+
+    `parse` is the route's own validation (a module-level function, so it pickles by
+    name; its module is imported here on first use). A document it refuses comes
+    back as its refusal and envelope only (`RefusedShape`), so an 8 MiB string in a
+    field the route does not know is never rebuilt in the server: taking it back
+    in cost the server's loop more than everything else about the request."""
+    decoded = decode_checked(raw, max_depth, max_values)
+    value = decoded.value
+    if parse is not None and decoded.syntax is None and decoded.too_deep is None:
+        if type(value) is not RefusedShape:
+            refused = _refusal(parse, value)
+            if refused is not None:
+                return refused
+    return pickle.dumps(decoded, pickle.HIGHEST_PROTOCOL)
+
+
+def _refusal(parse: Callable[[Any], object], value: Any) -> bytes | None:
+    """The pickled refusal of `value` by `parse`, or None: it passed, or failed in a way
+    the server's own parse must meet and report itself (not a client's 400)."""
+    try:
+        parse(value)
+    except InvalidRequestError as exc:
+        try:
+            data = pickle.dumps(Decoded(RefusedShape.of(value, exc)), pickle.HIGHEST_PROTOCOL)
+            pickle.loads(data)  # an error that cannot be rebuilt there is answered there
+        except Exception:
+            return None
+        return data
+    except Exception:
+        return None
+    return None

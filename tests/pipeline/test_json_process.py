@@ -9,8 +9,10 @@ the next large input is decoded in a thread and the one after starts a new one.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import pickle
 import re
 import signal
 import subprocess
@@ -22,7 +24,13 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from realtime.dialects.chat.frames import FrameRejected, check_request_frame, decode_client_frame
+from realtime.dialects.chat.request import parse_chat_request
 from realtime.pipeline.json_process import DECODE_PROCESS_BYTES
+from realtime.protocol.errors import UnknownFieldError
+from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS
+from realtime.protocol.json_input import RefusedShape
+from realtime.protocol.json_worker import decode_pickled
 from tests.conftest import async_wait_until
 from tests.ws.wsclient import collect_until_terminal, text_of
 
@@ -206,3 +214,107 @@ def test_a_script_serving_without_a_main_guard_is_not_run_again(tmp_path: Path) 
         _, log = proc.communicate(timeout=30)
     assert "serving model" not in log, log  # no second server's (both lines come first)
     assert "Traceback" not in log, log
+
+
+ROUTES_AND_BODIES = [
+    ("/v1/chat/completions", {"model": "echo", "messages": [{"role": "user", "content": "x"}]}),
+    ("/v1/completions", {"model": "echo", "prompt": "x"}),
+    (
+        "/v1/messages",
+        {"model": "echo", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}]},
+    ),
+    ("/v1/responses", {"model": "echo", "input": "x"}),
+]
+
+
+async def test_a_large_body_the_route_refuses_gets_the_small_bodys_error(serve_process):
+    """A large body the route's own parse refuses is refused in the decode process
+    (only the error comes back); the client sees the error a small body gets."""
+    server = serve_process()
+    async with httpx.AsyncClient(base_url=server.http_url, timeout=60) as client:
+        for url, body in ROUTES_AND_BODIES:
+            answers = []
+            for size in (8, 2 * DECODE_PROCESS_BYTES):
+                answer = await client.post(url, json={**body, "padding": "p" * size})
+                assert answer.status_code == 400, (url, answer.text)
+                answers.append(answer.json())
+            assert answers[0] == answers[1], url
+            assert "padding" in json.dumps(answers[1]), answers[1]
+        assert len(_decode_processes(server.proc.pid)) == 1
+    server.stop()
+    log = server.stderr()
+    assert "Traceback" not in log, log
+    assert "ERROR" not in log, log
+
+
+def test_the_decode_process_returns_only_the_refusal_of_a_body_its_parse_refuses() -> None:
+    parse = functools.partial(parse_chat_request, limits=DEFAULT_INPUT_LIMITS)
+    body = {
+        "model": "echo",
+        "messages": [{"role": "user", "content": "x"}],
+        "padding": "p" * 10_000,
+    }
+    refused = pickle.loads(decode_pickled(json.dumps(body), 64, None, parse))
+    assert type(refused.value) is RefusedShape
+    assert "padding" not in refused.value and "messages" not in refused.value
+    assert refused.value["model"] == "echo"
+    with pytest.raises(UnknownFieldError) as error:
+        refused.checked_value()
+    assert error.value.param == "padding"
+
+    del body["padding"]
+    served = pickle.loads(decode_pickled(json.dumps(body), 64, None, parse))
+    assert served.checked_value() == body
+
+
+async def test_a_large_frame_the_dialect_refuses_gets_the_small_frames_error(serve_process):
+    """A large request frame the chat dialect refuses is refused in the decode process
+    (`large_frame_check`); the error frame is the one a small frame gets, under the
+    socket's defaults, and the socket carries on."""
+    server = serve_process()
+    async with connect(server.ws_url, max_size=None) as ws:
+        refusals = []
+        for n, size in enumerate((8, 2 * DECODE_PROCESS_BYTES)):
+            frame = {
+                "request_id": f"r{n}",
+                "model": "echo",
+                "messages": [{"role": "user", "content": "x"}],
+                "padding": "p" * size,
+            }
+            await ws.send(json.dumps(frame))
+            refusal = json.loads(await ws.recv())
+            assert refusal["request_id"] == f"r{n}", refusal
+            refusals.append(refusal["error"])
+        assert refusals[0] == refusals[1]
+        assert refusals[1]["param"] == "padding", refusals[1]
+        assert len(_decode_processes(server.proc.pid)) == 1
+        await ws.send(
+            json.dumps({"model": "echo", "messages": [{"role": "user", "content": "hi"}]})
+        )
+        assert text_of(await collect_until_terminal(ws)) == "hi"
+    server.stop()
+    log = server.stderr()
+    assert "Traceback" not in log, log
+    assert "ERROR" not in log, log
+
+
+def test_the_chat_dialects_frame_check_refuses_what_decode_client_frame_refuses() -> None:
+    check = functools.partial(
+        check_request_frame, defaults={"model": "echo"}, limits=DEFAULT_INPUT_LIMITS
+    )
+    frame = {"request_id": "a", "messages": [{"role": "user", "content": "x"}], "padding": "p"}
+    refused = pickle.loads(decode_pickled(json.dumps(frame), 64, None, check))
+    assert type(refused.value) is RefusedShape and refused.value["request_id"] == "a"
+    with pytest.raises(FrameRejected) as rejected:
+        decode_client_frame(json.dumps(frame), {"model": "echo"})
+    with pytest.raises(UnknownFieldError) as error:
+        refused.checked_value()
+    assert str(error.value) == str(rejected.value.error)
+    # What is refused before the body (a bad request_id, not a request) comes back whole.
+    for passed in (
+        {**frame, "request_id": "r" * 500},
+        {"type": "response.cancel", "request_id": "a"},
+        {"request_id": "a", "messages": [{"role": "user", "content": "x"}]},
+    ):
+        decoded = pickle.loads(decode_pickled(json.dumps(passed), 64, None, check))
+        assert decoded.checked_value() == passed

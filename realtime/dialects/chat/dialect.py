@@ -12,7 +12,8 @@ rendered as chunks here, as they come, each with the request's id.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from realtime.chat.coalesce import fold_chunk
@@ -23,6 +24,7 @@ from realtime.dialects.chat.frames import (
     RequestFrame,
     SessionAlreadySetUpError,
     SessionSetupFrame,
+    check_request_frame,
     decode_client_frame,
     done_frame,
     error_frame,
@@ -130,6 +132,11 @@ class ChatFrameDialect:
         if isinstance(frame, CloseSessionFrame):
             return CloseGracefully()
         raise TypeError(f"unexpected frame {frame!r}")  # pragma: no cover - exhaustive
+
+    def large_frame_check(self) -> Callable[[Any], object]:
+        """A request frame's validation under this socket's defaults, run by the decode
+        process on a large frame (`ws/large_frames.py`)."""
+        return functools.partial(check_request_frame, defaults=self.defaults, limits=self.limits)
 
     def parse_binary(self, data: bytes) -> Command:
         return CloseWith(

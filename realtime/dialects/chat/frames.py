@@ -42,7 +42,6 @@ from realtime.protocol.errors import InvalidRequestError, MalformedFrameError, R
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
 from realtime.protocol.json_input import (
     JsonTooDeepError,
-    TooManyJsonValuesError,
     check_shape,
     parse_json,
 )
@@ -161,18 +160,14 @@ def decode_client_frame(
     frame_type = data.get("type", REQUEST_TYPE)
     try:
         check_shape(data, limits.max_json_depth, limits.max_json_values)
-    except (JsonTooDeepError, TooManyJsonValuesError) as exc:
+    except InvalidRequestError as exc:  # its shape, or the decode process's refusal of it
+        # (`check_request_frame`, only ever of a request frame's body)
         if frame_type == SETUP_TYPE:
             raise _setup_rejected(exc) from None
         raise FrameRejected(exc, request_id, is_request=frame_type == REQUEST_TYPE) from None
     if frame_type == REQUEST_TYPE:
-        body = {k: v for k, v in data.items() if k not in _ENVELOPE_KEYS}
-        if defaults:
-            body = merge_defaults(defaults, body)
-        # On the socket every answer streams unless the client asks otherwise.
-        body.setdefault("stream", True)
         try:
-            return RequestFrame(request_id, parse_chat_request(body, limits))
+            return RequestFrame(request_id, _parse_request(data, defaults, limits))
         except RealtimeError as exc:
             raise FrameRejected(exc, request_id, is_request=True) from None
     if frame_type == CANCEL_TYPE:
@@ -195,6 +190,33 @@ def decode_client_frame(
         ),
         request_id,
     )
+
+
+def _parse_request(
+    data: dict[str, Any], defaults: dict[str, Any] | None, limits: InputLimits
+) -> ChatCompletionRequest:
+    """A request frame's body (the frame less its envelope), parsed under the defaults."""
+    body = {k: v for k, v in data.items() if k not in _ENVELOPE_KEYS}
+    if defaults:
+        body = merge_defaults(defaults, body)
+    # On the socket every answer streams unless the client asks otherwise.
+    body.setdefault("stream", True)
+    return parse_chat_request(body, limits)
+
+
+def check_request_frame(data: Any, *, defaults: dict[str, Any] | None, limits: InputLimits) -> None:
+    """Raise what `decode_client_frame` raises for a request frame's body, for a decode
+    process (`ws/large_frames.py`): a large frame refused there comes back as its
+    envelope and error. Anything `decode_client_frame` checks before the body (not a
+    request, a bad `request_id`) passes here, so it is answered as it always is."""
+    if not isinstance(data, dict) or data.get("type", REQUEST_TYPE) != REQUEST_TYPE:
+        return
+    request_id = data.get("request_id")
+    if request_id is not None and (
+        not isinstance(request_id, str) or not 0 < len(request_id) <= MAX_REQUEST_ID_CHARS
+    ):
+        return
+    _parse_request(data, defaults, limits)
 
 
 def merge_defaults(defaults: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
