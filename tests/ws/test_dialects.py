@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from starlette.routing import WebSocketRoute
 from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from realtime.config import ServerConfig
 from realtime.dialects.chat.job import ChatJob
@@ -61,6 +61,8 @@ class EventsDialect:
             return Reply(({"type": "pong", "busy": view.lane_busy("one")},), "pong", label="ping")
         if kind == "stop":
             return Cancel(str(data.get("id")))
+        if kind == "crash":
+            raise RuntimeError("a bug in the dialect")
         if kind == "ask":
             self.asked += 1
             body = {"model": self.model, "messages": [{"role": "user", "content": data["text"]}]}
@@ -208,3 +210,23 @@ async def test_a_handshake_no_selector_claims_is_refused_before_the_upgrade(serv
     response = refused.value.response
     assert response.status_code == 400
     assert json.loads(response.body)["error"]["code"] == "invalid_handshake"
+
+
+async def test_a_dialect_that_raises_closes_its_socket_1011_and_logs_once(
+    server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dialect's bug (`parse` raised) ends that socket with 1011 and one logged
+    traceback; before, the read loop died silently and the socket hung, answering
+    nothing. Other sockets carry on."""
+    async with connect(url(server), subprotocols=[SUBPROTOCOL]) as ws:
+        assert (await recv_frame(ws))["type"] == "hello"
+        await ws.send(json.dumps({"type": "crash"}))
+        with pytest.raises(ConnectionClosed) as closed:
+            await recv_frame(ws)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
+    failures = [r for r in caplog.records if r.getMessage() == "the socket's read loop failed"]
+    assert len(failures) == 1 and failures[0].exc_info is not None
+    async with connect(url(server), subprotocols=[SUBPROTOCOL]) as ws:
+        assert (await recv_frame(ws))["type"] == "hello"
+        await ws.send(json.dumps({"type": "ping"}))
+        assert (await recv_frame(ws))["type"] == "pong"
