@@ -50,6 +50,23 @@ def report_violation(metrics: Metrics, conn_id: str, machine: str, exc: Exceptio
     log.error("state machine violation: %s", exc, extra={"conn_id": conn_id})
 
 
+def watch_read_loop(reader: asyncio.Task[None], conn_id: str, end: Callable[[], None]) -> None:
+    """Call `end` (the socket's 1011) if the read loop ends with an exception, logged once
+    with its traceback: a bug, since dialects answer bad input and never raise. An
+    unwatched read loop died silently, and its socket hung, answering nothing."""
+
+    def done(task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error(
+                "the socket's read loop failed",
+                exc_info=task.exception(),
+                extra={"conn_id": conn_id},
+            )
+            end()
+
+    reader.add_done_callback(done)
+
+
 def record_ended(metrics: Metrics, conn_id: str, ended: RequestEnded) -> None:
     """A request got its answer: the request metrics and the `request.end` log line."""
     request, status, error = ended.request, ended.status, ended.error

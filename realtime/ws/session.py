@@ -41,10 +41,7 @@ from starlette.websockets import WebSocket
 from realtime.observability.fast_metrics import FastCounterChild
 from realtime.observability.metrics import Metrics, RequestTimer
 from realtime.pipeline.json_process import DECODE_PROCESS_BYTES
-from realtime.protocol.errors import (
-    InternalError,
-    RealtimeError,
-)
+from realtime.protocol.errors import InternalError, RealtimeError
 from realtime.session.actions import (
     Action,
     CancelAll,
@@ -66,6 +63,7 @@ from realtime.ws.bookkeeping import (
     record_ended,
     record_refused,
     report_violation,
+    watch_read_loop,
     when_all_done,
 )
 from realtime.ws.large_frames import parse_large
@@ -203,7 +201,7 @@ class RealtimeSession:
         try:
             await self._perform(self.core.opened())  # the dialect's greeting comes first
             reader = self._reader = asyncio.create_task(self._read_loop(), name="realtime-reader")
-            reader.add_done_callback(self._reader_done)
+            watch_read_loop(reader, self.conn_id, lambda: self.end(InternalError()))
             end = await self._end
             reader.cancel()
             watchdog.cancel()
@@ -241,19 +239,6 @@ class RealtimeSession:
             self.served.end_session(self.session_id)
         except Exception:  # the socket is gone either way; never let this mask its end
             log.exception("end_session failed", extra={"conn_id": self.conn_id})
-
-    def _reader_done(self, reader: asyncio.Task[None]) -> None:
-        """A read loop that failed (a bug: dialects never raise for bad input) ends the
-        socket with 1011 and one logged traceback; without this the socket stayed open,
-        read nothing more and answered nothing, and nothing was logged."""
-        if reader.cancelled() or reader.exception() is None:
-            return
-        log.error(
-            "the socket's read loop failed",
-            exc_info=reader.exception(),
-            extra={"conn_id": self.conn_id},
-        )
-        self.end(InternalError())
 
     # --- reading ---
 
