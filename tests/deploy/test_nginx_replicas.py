@@ -275,9 +275,10 @@ def test_kill_9_mid_stream_the_conversation_and_the_socket_go_on_elsewhere(
             # Two long answers in flight on the doomed replica: the socket's, and a
             # streamed Responses turn (the third) over HTTP. The socket's is sent when its
             # iteration starts, so it goes first: the kill follows the HTTP stream's first
-            # delta at once, long before either could run its 3,000 tokens out.
+            # delta at once, long before either could run out (the socket asks 20,000 tokens:
+            # with 3,000 it once ran out before the kill on a loaded CI machine).
             socket_stream = client.chat(
-                [{"role": "user", "content": "a long answer"}], max_tokens=3000, ignore_eos=True
+                [{"role": "user", "content": "a long answer"}], max_tokens=20000, ignore_eos=True
             )
             chunks = socket_stream.__aiter__()
             await chunks.__anext__()
