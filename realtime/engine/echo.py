@@ -85,6 +85,11 @@ class EchoTokenizer:
                 ids.append(int.from_bytes(b"\x01" + piece, "big"))
         return ids
 
+    def fewest_tokens(self, text: str) -> int:
+        """A floor on `len(self.encode(text))`: a piece is at most 6 bytes, a character
+        at least one."""
+        return len(text) // _PIECE_BYTES
+
     def token_text(self, token_id: int) -> str:
         raw = token_id.to_bytes((token_id.bit_length() + 7) // 8, "big")
         return raw[1:].decode("utf-8", errors="replace")

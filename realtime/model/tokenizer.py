@@ -47,3 +47,16 @@ class Tokenizer(Protocol):
     def is_special(self, text: str) -> bool:
         """Whether `text` is a single special token (one skip_special_tokens hides)."""
         ...
+
+
+def fewest_tokens(tokenizer: Tokenizer, text: str) -> int:
+    """A floor on how many tokens `text` encodes to, found without encoding it.
+
+    A tokenizer may have `fewest_tokens(text) -> int` (optional, so a third-party
+    tokenizer without it keeps working: its floor is 0). The pipeline refuses a prompt
+    whose floor already fills the context before paying for its encoding."""
+    floor = getattr(tokenizer, "fewest_tokens", None)
+    if floor is None:
+        return 0
+    count: int = floor(text)
+    return count

@@ -49,6 +49,7 @@ from realtime.pipeline.engine_errors import failed_generation
 from realtime.pipeline.engine_requests import EngineRequestBuilder
 from realtime.pipeline.events import Finish, Step, Usage
 from realtime.pipeline.generation import text_steps
+from realtime.pipeline.prompt_floor import refuse_beyond_context
 from realtime.pipeline.sampling import check_token_ids
 from realtime.pipeline.speculative import NextTurn, SpeculativePrefill
 from realtime.protocol.errors import (
@@ -161,7 +162,7 @@ class ChatPipeline:
         requests.check_model(request)
         requests.check_ready()
         conversation = self.template_input(request)
-        prompt_text, prompt_ids = self.render_prompt(request, conversation)
+        prompt_text, prompt_ids = self.render_prompt(request, conversation, fit_context=True)
         request_id = request_id or new_completion_id()
         limit = request.max_tokens
         [engine_request] = requests.build(
@@ -257,9 +258,13 @@ class ChatPipeline:
         conversation: TemplateInput | None,
         *,
         add_generation_prompt: bool = True,
+        fit_context: bool = False,
     ) -> tuple[str | None, list[int]]:
         """The prompt text (None when the client sent token ids) and its token ids:
-        exactly what generation sees (`/tokenize` answers with the same)."""
+        exactly what generation sees (`/tokenize` answers with the same).
+
+        `fit_context` refuses a text too long for the context whatever it encodes to
+        (PromptTooLongError) before encoding it (`prompt_floor.py` says why)."""
         info = self.engine.info
         if conversation is None:
             assert request.prompt_token_ids is not None
@@ -272,6 +277,8 @@ class ChatPipeline:
             tools=conversation.tools,
             **conversation.kwargs,
         )
+        if fit_context:
+            refuse_beyond_context(prompt, info, request.paths.input)
         return prompt, info.tokenizer.encode(prompt)
 
     # --- generation ---

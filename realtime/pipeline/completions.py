@@ -28,6 +28,7 @@ from realtime.pipeline.chat import ChatPipeline
 from realtime.pipeline.constraints import ConstraintPlan, response_format_of
 from realtime.pipeline.engine_errors import failed_generation
 from realtime.pipeline.generation import TextStep, text_steps
+from realtime.pipeline.prompt_floor import tokens_beyond_context
 from realtime.pipeline.sampling import check_token_ids
 from realtime.protocol.errors import InvalidRequestError
 from realtime.protocol.generation_request import FieldPaths, GenerationRequest
@@ -103,6 +104,14 @@ class CompletionPipeline:
         counts: list[int] = []
         for index, prompt in enumerate(request.prompts):
             if isinstance(prompt, str):
+                floor = tokens_beyond_context(prompt, info)
+                if floor is not None:
+                    raise InvalidRequestError(
+                        f"prompt {index} is at least {floor} tokens ({len(prompt)} characters); "
+                        f"the model's context is {info.context_length} tokens",
+                        param=paths.input,
+                        code="context_length_exceeded",
+                    )
                 ids, text = info.tokenizer.encode(prompt), prompt
             else:
                 ids = list(prompt)

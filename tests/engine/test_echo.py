@@ -6,12 +6,15 @@ import asyncio
 from contextlib import aclosing
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from realtime.engine.base import Engine, EngineOutput, EngineRequest, StopConditions
 from realtime.engine.echo import ECHO_TEMPLATE, EchoEngine, EchoTokenizer
 from realtime.engine.errors import EngineFailure, EngineUnavailable
 from realtime.engine.recent import RECENT_REQUESTS
 from realtime.model.generation import FinishReason, TokenLogprob
+from realtime.model.tokenizer import fewest_tokens
 
 TEXTS = [
     "",
@@ -338,3 +341,13 @@ async def test_per_request_counts_keep_only_the_most_recent_requests(engine: Ech
     last = RECENT_REQUESTS + 499
     assert counts[f"r{last}"] == 2 and "r0" not in counts
     assert engine.stats.requests_finished == RECENT_REQUESTS + 500
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_the_tokenizer_floor_never_exceeds_the_real_count(text: str) -> None:
+    echo = EchoTokenizer()
+    assert echo.fewest_tokens(text) <= len(echo.encode(text))
+    assert fewest_tokens(echo, text) == echo.fewest_tokens(text)
+    dense = "abcdef" * 100  # six characters a token: the floor is exact
+    assert echo.fewest_tokens(dense) == len(echo.encode(dense)) == 100

@@ -23,6 +23,7 @@ from realtime.protocol.errors import (
     EngineUnavailableError,
     InvalidRequestError,
     ModelNotFoundError,
+    PromptTooLongError,
     ToolChoiceNotSatisfiedError,
     UnsupportedFeatureError,
 )
@@ -712,3 +713,31 @@ def test_required_tool_choice_that_the_output_ignores_fails_the_request() -> Non
 def test_unknown_parser_names_fail_at_startup_with_the_valid_names() -> None:
     with pytest.raises(ValueError, match="hermes"):
         _parsing_pipeline(tool_parser="nope")
+
+
+def test_a_prompt_whose_floor_fills_the_context_is_refused_before_encoding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pipeline = make_pipeline(context_length=5)
+    tokenizer = pipeline.engine.info.tokenizer
+    encode, encoded = tokenizer.encode, []
+
+    def counting(text: str) -> list[int]:
+        encoded.append(len(text))
+        return encode(text)
+
+    monkeypatch.setattr(tokenizer, "encode", counting)
+    with pytest.raises(PromptTooLongError) as info:
+        ChatRun.prepare(pipeline, req("x" * 30))  # at most 6 characters a token: at least 5
+    assert info.value.code == "context_length_exceeded"
+    assert info.value.param == "messages"
+    assert (info.value.prompt_tokens, info.value.context_length) == (5, 5)
+    assert info.value.message == (
+        "the prompt is at least 5 tokens (30 characters); the model's context is 5 tokens"
+    )
+    assert encoded == []
+    # A character less and the floor (4) leaves room: encoded, and counted exactly.
+    with pytest.raises(PromptTooLongError) as info:
+        ChatRun.prepare(pipeline, req("x" * 29))
+    assert info.value.message == "the prompt is 5 tokens; the model's context is 5 tokens"
+    assert encoded == [29]
