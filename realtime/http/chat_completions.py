@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from realtime.dialects.chat.request import parse_chat_request
 from realtime.dialects.chat.run import ChatRun
-from realtime.http.serving import begin, read_request, respond, scope_of
+from realtime.http.serving import begin, prepare_off_loop, read_request, respond, scope_of
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import RealtimeError
 
@@ -25,7 +25,10 @@ async def chat_completions(request: Request) -> Response:
         chat_request = await read_request(request, parse_chat_request)
         scope = scope_of(request, outcome)
         streaming = bool(chat_request.stream)
-        run = ChatRun.prepare(
+        # A large prompt is rendered and encoded in a worker thread (offload.py says why).
+        run = await prepare_off_loop(
+            request,
+            ChatRun.prepare,
             pipeline,
             chat_request,
             stream=streaming,

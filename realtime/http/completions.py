@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from realtime.dialects.chat.completion_run import CompletionRun
 from realtime.dialects.chat.completions import parse_completion_request
-from realtime.http.serving import begin, read_request, respond, scope_of
+from realtime.http.serving import begin, prepare_off_loop, read_request, respond, scope_of
 from realtime.pipeline.completions import CompletionPipeline
 from realtime.protocol.errors import RealtimeError
 
@@ -24,7 +24,10 @@ async def completions(request: Request) -> Response:
         body = await read_request(request, parse_completion_request)
         scope = scope_of(request, outcome)
         streaming = bool(body.stream)
-        run = CompletionRun.prepare(
+        # A large prompt is rendered and encoded in a worker thread (offload.py says why).
+        run = await prepare_off_loop(
+            request,
+            CompletionRun.prepare,
             pipeline,
             body,
             stream=streaming,

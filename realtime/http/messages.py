@@ -31,7 +31,14 @@ from realtime.dialects.messages.errors import error_body
 from realtime.dialects.messages.run import MessagesRun, count_tokens
 from realtime.http.errors import Endpoint, openai_errors
 from realtime.http.http_settings import HttpSettings
-from realtime.http.serving import begin, read_json_body, read_request, respond, scope_of
+from realtime.http.serving import (
+    begin,
+    prepare_off_loop,
+    read_json_body,
+    read_request,
+    respond,
+    scope_of,
+)
 from realtime.http.sse import SseFraming
 from realtime.pipeline import ChatPipeline
 from realtime.protocol.errors import RealtimeError
@@ -73,7 +80,10 @@ async def create_message(request: Request) -> Response:
         body = await read_request(request, parse_messages_request)
         scope = scope_of(request, outcome)
         streaming = bool(body.stream)
-        run = MessagesRun.prepare(
+        # A large prompt is rendered and encoded in a worker thread (offload.py says why).
+        run = await prepare_off_loop(
+            request,
+            MessagesRun.prepare,
             pipeline,
             body,
             stream=streaming,

@@ -32,6 +32,7 @@ from realtime.http.sse import CHAT_FRAMING, EventStreamResponse, SseFraming
 from realtime.observability.logs import event, field_name
 from realtime.observability.metrics import Metrics, RequestTimer
 from realtime.pipeline import json_process
+from realtime.pipeline.offload import off_loop
 from realtime.protocol.errors import (
     EngineError,
     EngineUnavailableError,
@@ -63,6 +64,7 @@ async def read_json_body(request: Request, parse: Callable[[Any], object] | None
 
 
 Parsed = TypeVar("Parsed")
+Prepared = TypeVar("Prepared")
 
 
 async def read_request(request: Request, parse: Callable[..., Parsed]) -> Parsed:
@@ -72,6 +74,15 @@ async def read_request(request: Request, parse: Callable[..., Parsed]) -> Parsed
     check = functools.partial(parse, limits=request.app.state.http.input_limits)
     parsed: Parsed = check(await read_json_body(request, check))
     return parsed
+
+
+async def prepare_off_loop(
+    request: Request, prepare: Callable[..., Prepared], *args: Any, **options: Any
+) -> Prepared:
+    """`prepare(*args, **options)`, in a worker thread when the request's body was large:
+    rendering and encoding a long prompt takes as long as its size (`offload.py`)."""
+    work = functools.partial(prepare, *args, **options)
+    return await off_loop(work, len(await request.body()))
 
 
 class Outcome:
