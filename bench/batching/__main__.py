@@ -1,4 +1,5 @@
-"""`python -m bench.batching [--quick] [--repeats N] [--out DIR] [--vllm-venv DIR | --no-vllm]`.
+"""`python -m bench.batching [--quick] [--repeats N] [--out DIR] [--vllm-venv DIR | --no-vllm]
+[--api-servers 1,2]`.
 
 Writes DIR/batching.md, DIR/batching.json and DIR/batching.png (default DIR:
 docs/benchmarks) and prints the goals. vLLM comes from the venv that
@@ -35,9 +36,18 @@ def _levels(text: str) -> tuple[int, ...]:
     return levels
 
 
+def _front_ends(text: str) -> tuple[int, ...]:
+    counts = _levels(text)
+    if 1 not in counts:
+        raise argparse.ArgumentTypeError("must include 1: the goals judge one front end")
+    return tuple(sorted(set(counts)))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.batching", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="concurrency 1,2; 16 tokens")
+    parser.add_argument(
+        "--quick", action="store_true", help="concurrency 1,2; 16 tokens; one front end"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="runs per cell (default 3)")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     parser.add_argument(
@@ -50,6 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=_levels, help="default 1,4,8,16 (1,2 if --quick)")
     parser.add_argument("--tokens", type=int, help="tokens per answer (default 128)")
     parser.add_argument("--threads", type=int, help="our server's --threads (default 1)")
+    parser.add_argument(
+        "--api-servers",
+        type=_front_ends,
+        metavar="N,N",
+        help="our server's --api-servers values to measure, 1 among them (default 1,2; 1 if"
+        " --quick); N > 1 is reported as `realtime N front ends`",
+    )
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -60,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         params = dataclasses.replace(params, tokens=args.tokens)
     if args.threads:
         params = dataclasses.replace(params, threads=args.threads)
+    if args.api_servers:
+        params = dataclasses.replace(params, api_servers=args.api_servers)
     command = " ".join(["python -m bench.batching", *(argv if argv is not None else sys.argv[1:])])
     args.out.mkdir(parents=True, exist_ok=True)
     raise_fd_limit()

@@ -7,7 +7,8 @@ during the whole scenario, but only one is loaded at a time; per repeat and per
 concurrency the two take turns, the order rotating, so drifts on a shared machine
 spread over both. Measured per (server, concurrency): aggregate completion tokens/s,
 time to first token p50 and p99, and the server's CPU per token (its whole process
-tree: vLLM runs its engine core in a child process).
+tree: vLLM runs its engine core in a child process, ours its engine process and, with
+`--api-servers N`, its N front ends).
 
 Goals: realtime >= vLLM in tokens/s at every concurrency, and realtime at 8 requests
 >= 3x realtime at 1.
@@ -47,6 +48,8 @@ SUMMARY = (
 OURS, VLLM = "realtime", "vLLM"
 #: Ours with `--engine-process off` (the engine on a thread of the server's process).
 ONE_PROCESS = "realtime-1proc"
+#: Front-end counts of ours measured by default (`--api-servers N`, one engine process).
+FRONT_ENDS = (1, 2)
 SCALE_GOAL = 3.0
 #: Issue 28: tokens/s against vLLM per concurrency (the engine in its own process).
 VLLM_GOALS = {1: 1.0, 4: 1.0, 8: 1.3, 16: 1.3}
@@ -65,12 +68,36 @@ class Params:
     threads: int = 1
     #: also measure ours with the engine in the server's process (`--engine-process off`)
     one_process: bool = True
+    #: ours with the engine in its own process and N front ends, per N (1 is `realtime`)
+    api_servers: tuple[int, ...] = FRONT_ENDS
 
     @classmethod
     def for_mode(cls, quick: bool) -> Params:
         if quick:
-            return cls(concurrency=(1, 2), tokens=16, rounds=1, one_process=False)
+            return cls(concurrency=(1, 2), tokens=16, rounds=1, one_process=False, api_servers=(1,))
         return cls(concurrency=(1, 4, 8, 16), tokens=128, rounds=4)
+
+
+def front_ends_name(count: int) -> str:
+    """Ours with `count` front ends: `realtime` for one, else e.g. `realtime-2fe`."""
+    return OURS if count == 1 else f"{OURS}-{count}fe"
+
+
+def our_servers(api_servers: tuple[int, ...], one_process: bool) -> dict[str, str]:
+    """Our variants, name to the report's label, in report order: by front-end count,
+    then the one-process server."""
+    servers = {
+        front_ends_name(count): OURS if count == 1 else f"{OURS} {count} front ends"
+        for count in api_servers
+    }
+    if one_process:
+        servers[ONE_PROCESS] = f"{OURS} one process"
+    return servers
+
+
+def front_ends_ratio(count: int) -> str:
+    """The metric name of N front ends' tokens/s over one front end's."""
+    return f"realtime {count} front ends / 1 (tokens/s)"
 
 
 class _Server(Protocol):
@@ -109,10 +136,13 @@ def run(ctx: RunContext, p: Params, vllm_venv: Path | None) -> ScenarioResult:
         )
     with contextlib.ExitStack() as stack:
         servers: dict[str, _Server] = {}
-        ctx.log(NAME, "starting our server")
-        servers[OURS] = stack.enter_context(
-            _running(start_realtime(model_dir, ctx.scratch, threads=p.threads))
-        )
+        for count in p.api_servers:
+            ctx.log(NAME, f"starting our server, {count} front end(s)")
+            servers[front_ends_name(count)] = stack.enter_context(
+                _running(
+                    start_realtime(model_dir, ctx.scratch, threads=p.threads, api_servers=count)
+                )
+            )
         if p.one_process:
             servers[ONE_PROCESS] = stack.enter_context(
                 _running(
@@ -223,6 +253,15 @@ def _judge(result: ScenarioResult, p: Params, with_vllm: bool) -> None:
                     ours_p99.median <= theirs_p99.median,
                 )
             )
+    for count in p.api_servers:
+        if count == 1:
+            continue
+        for concurrency in p.concurrency:  # a plain figure: issue 28 sets no goal on it
+            result.metric(
+                f"ratio c={concurrency}", front_ends_ratio(count), "x"
+            ).runs = paired_ratios(
+                rates(front_ends_name(count), concurrency), rates(OURS, concurrency)
+            )
     scale = result.metric("ratio", f"realtime {SCALE_AT} concurrent / 1", "x")
     if SCALE_AT in p.concurrency:
         scale.runs = paired_ratios(rates(OURS, SCALE_AT), rates(OURS, 1))
@@ -236,7 +275,7 @@ def _judge(result: ScenarioResult, p: Params, with_vllm: bool) -> None:
             applicable=full,
         )
     )
-    ours = [OURS, ONE_PROCESS] if p.one_process else [OURS]
+    ours = list(our_servers(p.api_servers, p.one_process))
     servers = [*ours, VLLM] if with_vllm else ours
     for metric, unit, title in (
         ("tokens/s", "tokens/s", "aggregate tokens/s"),
@@ -258,10 +297,11 @@ def _judge(result: ScenarioResult, p: Params, with_vllm: bool) -> None:
     result.notes.append(
         "Model from `realtime.testing.tiny_model` (Llama, random weights, hidden size"
         f" {p.hidden_size}, 2 layers), float32. Our server runs with"
-        f" `--threads {p.threads}`; vLLM with its defaults for CPU (it binds its engine to"
-        " one core and keeps the other for its API server). Each run: every worker sends "
-        f"{p.rounds} request(s) back to back, {p.tokens} tokens each; tokens/s is all "
-        "completion tokens over the time from the first request to the last answer. "
+        f" `--threads {p.threads}` and `--api-servers N` for N in"
+        f" {', '.join(map(str, p.api_servers))}; vLLM with its defaults for CPU (it binds"
+        " its engine to one core and keeps the other for its API server). Each run: every"
+        f" worker sends {p.rounds} request(s) back to back, {p.tokens} tokens each; tokens/s"
+        " is all completion tokens over the time from the first request to the last answer. "
         f"Each run starts {SETTLE_SECONDS:g} s after the previous one ended, so the server "
         "that ran before is idle."
     )
@@ -278,16 +318,26 @@ def _points(
     return points
 
 
-def table(result: ScenarioResult, levels: tuple[int, ...]) -> list[dict[str, Any]]:
-    """Per concurrency: each server's medians, for the report."""
+def table(
+    result: ScenarioResult,
+    levels: tuple[int, ...],
+    servers: list[str],
+    api_servers: tuple[int, ...],
+) -> list[dict[str, Any]]:
+    """Per concurrency: each server's medians and the ratios (keyed by the ratio's name
+    for N front ends / 1), for the report."""
     rows = []
     for concurrency in levels:
         row: dict[str, Any] = {"concurrency": concurrency}
-        for server in (OURS, ONE_PROCESS, VLLM):
+        for server in servers:
             for metric in ("tokens/s", "TTFT p50", "TTFT p99", "server CPU per token"):
                 found = result.get(_variant(server, concurrency), metric)
                 row[f"{server} {metric}"] = found.median if found and found.runs else None
         ratio = result.get(f"ratio c={concurrency}", "realtime / vLLM (tokens/s)")
         row["ratio"] = ratio.median if ratio and ratio.runs else None
+        for count in api_servers:
+            if count != 1:
+                ratio = result.get(f"ratio c={concurrency}", front_ends_ratio(count))
+                row[front_ends_ratio(count)] = ratio.median if ratio and ratio.runs else None
         rows.append(row)
     return rows

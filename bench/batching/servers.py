@@ -4,7 +4,8 @@ Ours is `python -m realtime serve --engine cpu` (its port read from its startup 
 as every scenario of `bench` does). vLLM is its OpenAI API server from the venv that
 `install_vllm.sh` builds, on a free loopback port, in its own session: it starts an
 engine-core process of its own, so it is stopped through its process group and its
-CPU time is counted over the whole tree.
+CPU time is counted over the whole tree (ours too: its engine process and, with
+`--api-servers N`, its N front ends are children of the process we start).
 """
 
 from __future__ import annotations
@@ -52,16 +53,23 @@ def tree_cpu_seconds(root: int) -> float:
 
 
 def start_realtime(
-    model_dir: Path, scratch: Path, *, threads: int, engine_process: str = "auto"
+    model_dir: Path,
+    scratch: Path,
+    *,
+    threads: int,
+    engine_process: str = "auto",
+    api_servers: int = 1,
 ) -> ServerProcess:
-    """Ours; `engine_process` "off" runs the engine on a thread of the server's process."""
+    """Ours; `engine_process` "off" runs the engine on a thread of the server's process,
+    `api_servers` N > 1 runs N front ends sharing the port and the one engine process."""
     argv = [
         "-m", "realtime", "serve", "--host", "127.0.0.1", "--port", "0",
         "--engine", "cpu", "--model", str(model_dir), "--model-name", MODEL_NAME,
         "--threads", str(threads), "--log-level", "warning", "--shutdown-grace", "2",
-        "--no-ui", "--engine-process", engine_process,
+        "--no-ui", "--engine-process", engine_process, "--api-servers", str(api_servers),
     ]  # fmt: skip
-    return start_server(f"realtime-cpu-{engine_process}", argv, scratch, timeout=180.0)
+    name = f"realtime-cpu-{engine_process}-{api_servers}fe"
+    return start_server(name, argv, scratch, timeout=180.0)
 
 
 def vllm_python(venv: Path) -> Path | None:
