@@ -32,6 +32,10 @@ Then the schema bombs (`schema_bombs.py`, issue 27): on a second server, the cpu
 engine, a neighbour's 8-token chat request next to two clients sending hostile
 `response_format` schemas, against the same request alone.
 
+Then the engine's tokens/s (`engine_hostile.py`, issue 28): on a third server, the cpu
+engine, four clients decoding next to large bodies and schema bombs, against the same
+load alone.
+
 Only neighbour requests sent while a hostile request is in flight count. The
 goal (issue 13): the neighbour's p99 under each hostile load within 2x its idle
 p99. Whatever the server does with each input (serve it, refuse it, or close the
@@ -55,7 +59,7 @@ from bench.neighbour import Neighbour, read_response
 from bench.payloads import MODEL, WS_PATH, answer_text
 from bench.procs import running, start_realtime
 from bench.results import Chart, Goal, ScenarioResult, Series, paired_ratios, percentile
-from bench.scenarios import schema_bombs
+from bench.scenarios import engine_hostile, schema_bombs
 from bench.wire import WsClient, is_terminal
 from realtime.protocol.input_limits import DEFAULT_MAX_STOP_CHARS, DEFAULT_MAX_STOP_STRINGS
 
@@ -65,7 +69,9 @@ SUMMARY = (
     "p99 latency of a neighbour's GET /health while another client sends a long stop list, a "
     "large body, a wide JSON body or a large WebSocket frame, against its p99 on an idle server; "
     "and of a neighbour's 8-token chat request on the cpu engine while two clients send hostile "
-    "schemas (schema bombs), against the same request alone."
+    "schemas (schema bombs), against the same request alone; and the cpu engine's tokens/s "
+    "(four decoding clients, and the engine's own counter) next to large bodies and schema "
+    "bombs, against the same load alone."
 )
 
 IDLE, PLAIN = "idle", "stream, no stops"
@@ -374,6 +380,7 @@ def run(ctx: RunContext) -> ScenarioResult:
                 raise RuntimeError(f"the server died: {server.log_tail()}")
     _judge(result)
     schema_bombs.run_into(ctx, result, NAME)
+    engine_hostile.run_into(ctx, result, NAME)
     return result
 
 
