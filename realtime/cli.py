@@ -145,6 +145,7 @@ def engine_preflight(engine: str) -> str | None:
 def serve(config: ServerConfig, engine_choice: str | None = None) -> int:
     """Run the server until it is stopped; `engine_choice`: why `--engine auto` chose
     the engine, logged first."""
+    from realtime.allocator import keep_freed_memory
     from realtime.app import build_app, engine_from_config, engine_process_spec
     from realtime.engine.process.launcher import EngineProcess, EngineStartError
     from realtime.observability.logs import configure_logging
@@ -176,6 +177,8 @@ def serve(config: ServerConfig, engine_choice: str | None = None) -> int:
     except OSError as exc:
         print(f"realtime: cannot listen on {_address(config)}: {_reason(exc)}", file=sys.stderr)
         return EXIT_CANNOT_LISTEN
+    # Before any process is started: they inherit the allocator's settings.
+    keep_freed_memory(config.allocator_keep_mib)
     engine_process: EngineProcess | None = None
     try:
         # The engine process first: its model loads before anything is served, and a

@@ -664,6 +664,15 @@ FLAGS: tuple[Flag, ...] = (
         value=COUNT,
     ),
     Flag(
+        "--allocator-keep-mib",
+        "limits",
+        "MiB of freed memory the C allocator keeps for reuse rather than giving back, so"
+        " large inputs reuse pages instead of faulting in new ones (glibc; default"
+        " %(default)s; 0 = the allocator's defaults)",
+        field="allocator_keep_mib",
+        value=COUNT,
+    ),
+    Flag(
         "--max-connections",
         "limits",
         "open WebSockets; more are refused with HTTP 503 (default %(default)s)",

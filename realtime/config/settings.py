@@ -71,6 +71,7 @@ class ServerConfig:
     max_in_flight_per_socket: int = 128
     max_connections: int = 1024
     gc_threshold: int = 10_000
+    allocator_keep_mib: int = 256
     idle_timeout_seconds: float = 300.0
     max_session_seconds: float = 86400.0
     session_expiry_grace_seconds: float = 30.0
