@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -115,10 +116,7 @@ async def test_large_bodies_are_decoded_in_a_child_process_with_the_same_answers
             assert again.status_code == 400
             assert again.json()["error"]["code"] == "too_many_json_values"
         await async_wait_until(lambda: len(_decode_processes(server.proc.pid)) == 1)
-    server.stop()
-    log = server.stderr()
-    assert "Traceback" not in log, log
-    assert "ERROR" not in log, log
+    _stop_with_a_clean_log(server)
 
 
 async def test_large_frames_are_decoded_in_a_child_process_with_the_same_answers(serve_process):
@@ -145,14 +143,8 @@ async def test_large_frames_are_decoded_in_a_child_process_with_the_same_answers
         assert closed.value.rcvd is not None
         assert closed.value.rcvd.code == 1007
         assert closed.value.rcvd.reason.startswith("malformed JSON frame: unexpected end of data")
-        await neighbour.send(
-            json.dumps({"model": "echo", "messages": [{"role": "user", "content": "hi"}]})
-        )
-        assert text_of(await collect_until_terminal(neighbour)) == "hi"
-    server.stop()
-    log = server.stderr()
-    assert "Traceback" not in log, log
-    assert "ERROR" not in log, log
+        await _still_answers(neighbour)
+    _stop_with_a_clean_log(server)
 
 
 async def test_the_decode_process_exits_when_the_server_is_killed(serve_process):
@@ -241,10 +233,7 @@ async def test_a_large_body_the_route_refuses_gets_the_small_bodys_error(serve_p
             assert answers[0] == answers[1], url
             assert "padding" in json.dumps(answers[1]), answers[1]
         assert len(_decode_processes(server.proc.pid)) == 1
-    server.stop()
-    log = server.stderr()
-    assert "Traceback" not in log, log
-    assert "ERROR" not in log, log
+    _stop_with_a_clean_log(server)
 
 
 def test_the_decode_process_returns_only_the_refusal_of_a_body_its_parse_refuses() -> None:
@@ -288,14 +277,8 @@ async def test_a_large_frame_the_dialect_refuses_gets_the_small_frames_error(ser
         assert refusals[0] == refusals[1]
         assert refusals[1]["param"] == "padding", refusals[1]
         assert len(_decode_processes(server.proc.pid)) == 1
-        await ws.send(
-            json.dumps({"model": "echo", "messages": [{"role": "user", "content": "hi"}]})
-        )
-        assert text_of(await collect_until_terminal(ws)) == "hi"
-    server.stop()
-    log = server.stderr()
-    assert "Traceback" not in log, log
-    assert "ERROR" not in log, log
+        await _still_answers(ws)
+    _stop_with_a_clean_log(server)
 
 
 def test_the_chat_dialects_frame_check_refuses_what_decode_client_frame_refuses() -> None:
@@ -318,3 +301,17 @@ def test_the_chat_dialects_frame_check_refuses_what_decode_client_frame_refuses(
     ):
         decoded = pickle.loads(decode_pickled(json.dumps(passed), 64, None, check))
         assert decoded.checked_value() == passed
+
+
+async def _still_answers(ws: Any) -> None:
+    """The socket serves a small chat request after whatever came before."""
+    await ws.send(json.dumps({"model": "echo", "messages": [{"role": "user", "content": "hi"}]}))
+    assert text_of(await collect_until_terminal(ws)) == "hi"
+
+
+def _stop_with_a_clean_log(server: Any) -> None:
+    """Stop the served process: no traceback and no ERROR line in what it logged."""
+    server.stop()
+    log = server.stderr()
+    assert "Traceback" not in log, log
+    assert "ERROR" not in log, log
