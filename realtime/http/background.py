@@ -62,11 +62,17 @@ async def create_background(
     outcome: Outcome,
     scope: CacheScope,
     owner: str | None,
+    size: int,
 ) -> Response:
+    """`size`: the body's bytes (a large prompt is prepared off the loop)."""
     runs = runs_of(request)
     try:
         run = await runs.create(
-            parsed, owner=owner, session_id=scope.session_id, cache_salt=scope.cache_salt
+            parsed,
+            owner=owner,
+            session_id=scope.session_id,
+            cache_salt=scope.cache_salt,
+            size=size,
         )
     except RealtimeError as exc:
         outcome.finish("error", error=exc)

@@ -170,9 +170,11 @@ class BackgroundRuns:
         owner: str | None,
         session_id: str | None = None,
         cache_salt: str | None = None,
+        size: int = 0,
     ) -> BackgroundRun:
         """Admit, prepare, store `queued` and start. Raises RealtimeError (429 at a limit,
-        the request's 400s, 503 when the store cannot keep it: nothing then runs)."""
+        the request's 400s, 503 when the store cannot keep it: nothing then runs).
+        `size`: the bytes of the body it came in (`ResponsesService.prepare`)."""
         self._forget_ended()
         if self._stopped:
             raise BackgroundShutdownError(
@@ -186,6 +188,7 @@ class BackgroundRuns:
                 owner=owner,
                 session_id=session_id,
                 cache_salt=cache_salt,
+                size=size,
             )
             prepared.events.response["background"] = True
             run = BackgroundRun(prepared, EventLog(self.max_events), {})

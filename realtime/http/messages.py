@@ -41,6 +41,7 @@ from realtime.http.serving import (
 )
 from realtime.http.sse import SseFraming
 from realtime.pipeline import ChatPipeline
+from realtime.pipeline.offload import off_loop
 from realtime.protocol.errors import RealtimeError
 
 #: Anthropic's keep-alive: a `ping` event (its SDKs skip it).
@@ -113,4 +114,6 @@ async def create_message(request: Request) -> Response:
 async def count_message_tokens(request: Request) -> Response:
     state = request.app.state
     body = parse_count_tokens_request(await read_json_body(request))
-    return ORJSONResponse(count_tokens(state.pipeline, body, state.http.messages))
+    # Rendering the prompt of a large body takes as long as its size: off the loop.
+    work = partial(count_tokens, state.pipeline, body, state.http.messages)
+    return ORJSONResponse(await off_loop(work, len(await request.body())))

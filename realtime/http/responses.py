@@ -82,19 +82,22 @@ async def create_response(request: Request) -> Response:
             request, functools.partial(parse_responses_request, limits=service.limits)
         )
         # Validating every input item of a large body takes as long as its size: off the loop.
-        parsed = await off_loop(functools.partial(service.parse, body), len(await request.body()))
+        size = len(await request.body())
+        parsed = await off_loop(functools.partial(service.parse, body), size)
         scope = _cache_scope(request, parsed, outcome)
         if parsed.background:
             return await create_background(
-                request, parsed, outcome, scope, owner_of(request, service)
+                request, parsed, outcome, scope, owner_of(request, service), size
             )
         streaming = bool(parsed.stream)
+        # The body's size, with the stored history's, puts a large prompt off the loop.
         prepared = await service.prepare(
             parsed,
             stream=streaming,
             owner=owner_of(request, service),
             session_id=scope.session_id,
             cache_salt=scope.cache_salt,
+            size=size,
         )
     except RealtimeError as exc:
         outcome.finish("error", error=exc)
@@ -126,12 +129,13 @@ async def compact_response(request: Request) -> Response:
         outcome.finish("error", error=exc)
         raise
     owner = owner_of(request, service)
+    size = len(await request.body())
     return await respond(
         request,
         outcome,
         False,
         stream=_no_stream,
-        complete=lambda: service.compact(body, owner),
+        complete=lambda: service.compact(body, owner, size),
     )
 
 

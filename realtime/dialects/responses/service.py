@@ -197,9 +197,11 @@ class ResponsesService:
         session_id: str | None = None,
         cache_salt: str | None = None,
         warm_next_turn: bool = False,
+        size: int = 0,
     ) -> PreparedResponse:
         """Everything that can fail before the first event (`begin`, then `build_prompt`).
-        Raises RealtimeError.
+        Raises RealtimeError. `size`: the bytes of the body it came in, which decide
+        (with the stored history's) whether planning and the prompt run off the loop.
 
         `session_id` is the cache session (the socket's, or over HTTP the one
         `prompt_cache_key` or a session header names) and `cache_salt` the caller's salt
@@ -214,6 +216,7 @@ class ResponsesService:
             session_id=session_id,
             cache_salt=cache_salt,
             warm_next_turn=warm_next_turn,
+            size=size,
         )
         if cache_salt is not None:
             prepared.generation = replace(prepared.generation, cache_salt=cache_salt)
@@ -368,10 +371,11 @@ class ResponsesService:
             conversation=responses_conversation(result.output, request.instructions),
         )
 
-    async def compact(self, data: Any, owner: str | None) -> dict[str, Any]:
+    async def compact(self, data: Any, owner: str | None, size: int = 0) -> dict[str, Any]:
         """`POST /v1/responses/compact`: the context (the chain of `previous_response_id`,
-        then `input`) compacted; OpenAI's `response.compaction` object. Nothing is stored."""
-        request, items = parse_compact_request(data)
+        then `input`) compacted; OpenAI's `response.compaction` object. Nothing is stored.
+        `size`: the body's bytes; validating a large one's items runs off the loop."""
+        request, items = await off_loop(functools.partial(parse_compact_request, data), size)
         records = await self._history(request.previous_response_id, owner, None)
         history = await off_loop(
             functools.partial(history_items, records), sum(r.size for r in records)
