@@ -35,6 +35,8 @@ from realtime.protocol.conversation import (
     Message,
     Reasoning,
 )
+from realtime.protocol.errors import InvalidRequestError
+from realtime.protocol.generation_request import GenerationRequest
 from realtime.protocol.json_input import (
     DEFAULT_MAX_JSON_DEPTH,
     JsonTooDeepError,
@@ -149,3 +151,30 @@ class TemplateInput:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None
     kwargs: Mapping[str, Any]
+
+
+#: Template variables the request itself decides; kwargs may not override them.
+RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "tools", "add_generation_prompt"})
+#: The chat-template variable that switches a thinking model's reasoning on or off
+#: (Qwen 3, and the templates that copied it), set from `GenerationRequest.thinking`.
+THINKING_SWITCH = "enable_thinking"
+
+
+def template_input(request: GenerationRequest) -> TemplateInput | None:
+    """What the chat template gets; None when the client sent token ids instead.
+    Raises InvalidRequestError (template kwargs that set a reserved variable)."""
+    if request.prompt_token_ids is not None:
+        return None
+    kwargs = dict(request.template_kwargs or {})
+    reserved = sorted(set(kwargs) & RESERVED_TEMPLATE_KWARGS)
+    if reserved:
+        raise InvalidRequestError(
+            f"{request.paths.template_kwargs} may not set {reserved[0]!r};"
+            " it comes from the request itself",
+            param=request.paths.template_kwargs,
+        )
+    if request.thinking is not None:
+        kwargs.setdefault(THINKING_SWITCH, request.thinking)
+    return TemplateInput(
+        template_messages(request.conversation), template_tools(request.tools), kwargs
+    )

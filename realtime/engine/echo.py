@@ -64,6 +64,8 @@ class EchoTokenizer:
 
     #: The echo model never emits EOS as a token; it finishes with FinishReason.EOS.
     eos_token_ids: frozenset[int] = frozenset()
+    #: The most characters one token stands for: a piece is at most 6 bytes.
+    chars_per_token: int = _PIECE_BYTES
 
     def encode(self, text: str) -> list[int]:
         if text.isascii():  # one byte per character: pieces are plain slices

@@ -7,9 +7,13 @@ disconnects, shutdown) is `serving.py`'s, shared with /v1/completions.
 
 from __future__ import annotations
 
+import functools
+
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from realtime.chat.prompt_fit import PromptFit
+from realtime.dialects.chat.early_refusal import refuse_unfit_chat
 from realtime.dialects.chat.request import parse_chat_request
 from realtime.dialects.chat.run import ChatRun
 from realtime.http.serving import begin, prepare_off_loop, read_request, respond, scope_of
@@ -22,7 +26,10 @@ async def chat_completions(request: Request) -> Response:
     pipeline: ChatPipeline = state.pipeline
     outcome = begin(request)
     try:
-        chat_request = await read_request(request, parse_chat_request)
+        # A large body whose prompt cannot fit is refused in the decode process.
+        fit = PromptFit.of(pipeline.engine.info)
+        early = functools.partial(refuse_unfit_chat, fit=fit) if fit is not None else None
+        chat_request = await read_request(request, parse_chat_request, early)
         scope = scope_of(request, outcome)
         streaming = bool(chat_request.stream)
         # A large prompt is rendered and encoded in a worker thread (offload.py says why).

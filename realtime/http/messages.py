@@ -23,10 +23,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from realtime.asgi.responses import ORJSONResponse, body_response
+from realtime.chat.prompt_fit import PromptFit
 from realtime.dialects.messages.build import (
     parse_count_tokens_request,
     parse_messages_request,
 )
+from realtime.dialects.messages.early_refusal import refuse_unfit_message
 from realtime.dialects.messages.errors import error_body
 from realtime.dialects.messages.run import MessagesRun, count_tokens
 from realtime.http.errors import Endpoint, openai_errors
@@ -78,7 +80,14 @@ async def create_message(request: Request) -> Response:
     settings: HttpSettings = state.http
     outcome = begin(request)
     try:
-        body = await read_request(request, parse_messages_request)
+        # A large body whose prompt cannot fit is refused in the decode process.
+        fit = PromptFit.of(pipeline.engine.info)
+        early = (
+            partial(refuse_unfit_message, fit=fit, options=settings.messages)
+            if fit is not None
+            else None
+        )
+        body = await read_request(request, parse_messages_request, early)
         scope = scope_of(request, outcome)
         streaming = bool(body.stream)
         # A large prompt is rendered and encoded in a worker thread (offload.py says why).

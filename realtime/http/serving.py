@@ -67,12 +67,20 @@ Parsed = TypeVar("Parsed")
 Prepared = TypeVar("Prepared")
 
 
-async def read_request(request: Request, parse: Callable[..., Parsed]) -> Parsed:
+async def read_request(
+    request: Request,
+    parse: Callable[..., Parsed],
+    early: Callable[..., object] | None = None,
+) -> Parsed:
     """The body parsed by the route's `parse(data, limits=...)` (a module-level function):
     for a large body, it runs in the decode process first, so a body it refuses is
-    refused without the document coming back (`read_json_body`)."""
-    check = functools.partial(parse, limits=request.app.state.http.input_limits)
-    parsed: Parsed = check(await read_json_body(request, check))
+    refused without the document coming back (`read_json_body`). `early(data,
+    limits=...)`, when given, runs there instead: `parse` and more of what the route
+    would refuse later (a prompt that cannot fit, `realtime.chat.prompt_fit`)."""
+    limits = request.app.state.http.input_limits
+    check = functools.partial(parse, limits=limits)
+    there = functools.partial(early, limits=limits) if early is not None else check
+    parsed: Parsed = check(await read_json_body(request, there))
     return parsed
 
 

@@ -132,6 +132,11 @@ class HFTokenizer:
         ids: list[int] = encoding.ids
         return ids
 
+    @property
+    def chars_per_token(self) -> int | None:
+        """The most characters one token stands for (None: no bound; token_floor.py)."""
+        return self._chars_per_token
+
     def fewest_tokens(self, text: str) -> int:
         """A floor on `len(self.encode(text))`, without encoding (0 when there is none)."""
         per_token = self._chars_per_token

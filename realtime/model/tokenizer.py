@@ -60,3 +60,11 @@ def fewest_tokens(tokenizer: Tokenizer, text: str) -> int:
         return 0
     count: int = floor(text)
     return count
+
+
+def chars_per_token(tokenizer: Tokenizer) -> int | None:
+    """The most characters one token of `tokenizer` stands for, when it says (an
+    optional `chars_per_token`, as `fewest_tokens` is): `fewest_tokens` is then the
+    text's length over it, a number a process without the tokenizer can use."""
+    value = getattr(tokenizer, "chars_per_token", None)
+    return value if type(value) is int and value > 0 else None

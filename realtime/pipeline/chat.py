@@ -30,7 +30,11 @@ from contextlib import aclosing
 from dataclasses import dataclass
 
 from realtime import __version__
-from realtime.chat.conversation import TemplateInput, template_messages, template_tools
+from realtime.chat.conversation import (
+    TemplateInput,
+    template_input,
+    template_tools,
+)
 from realtime.chat.delta import new_completion_id
 from realtime.chat.logprobs import format_logprobs
 from realtime.chat.reasoning.registry import resolve_reasoning_parser
@@ -61,12 +65,6 @@ from realtime.protocol.errors import (
 )
 from realtime.protocol.generation_request import FieldPaths, GenerationRequest
 from realtime.protocol.output import OutputEvent, fold_events
-
-#: Template variables the request itself decides; kwargs may not override them.
-_RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "tools", "add_generation_prompt"})
-#: The chat-template variable that switches a thinking model's reasoning on or off
-#: (Qwen 3, and the templates that copied it), set from `GenerationRequest.thinking`.
-THINKING_SWITCH = "enable_thinking"
 
 
 @dataclass(slots=True)
@@ -235,22 +233,8 @@ class ChatPipeline:
             prepared.engine_request.constraint = await self.constraints.compile(plan)
 
     def template_input(self, request: GenerationRequest) -> TemplateInput | None:
-        """What the chat template gets; None when the client sent token ids instead."""
-        if request.prompt_token_ids is not None:
-            return None
-        kwargs = dict(request.template_kwargs or {})
-        reserved = sorted(set(kwargs) & _RESERVED_TEMPLATE_KWARGS)
-        if reserved:
-            raise InvalidRequestError(
-                f"{request.paths.template_kwargs} may not set {reserved[0]!r};"
-                " it comes from the request itself",
-                param=request.paths.template_kwargs,
-            )
-        if request.thinking is not None:
-            kwargs.setdefault(THINKING_SWITCH, request.thinking)
-        return TemplateInput(
-            template_messages(request.conversation), template_tools(request.tools), kwargs
-        )
+        """What the chat template gets (`realtime.chat.conversation.template_input`)."""
+        return template_input(request)
 
     def render_prompt(
         self,

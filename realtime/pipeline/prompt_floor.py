@@ -30,10 +30,4 @@ def refuse_beyond_context(text: str, info: ModelInfo, param: str | None) -> None
     """Raise PromptTooLongError (naming `param`) when `text` cannot fit the context."""
     floor = tokens_beyond_context(text, info)
     if floor is not None:
-        raise PromptTooLongError(
-            f"the prompt is at least {floor} tokens ({len(text)} characters); the model's "
-            f"context is {info.context_length} tokens",
-            prompt_tokens=floor,
-            context_length=info.context_length,
-            param=param,
-        )
+        raise PromptTooLongError.at_least(floor, len(text), info.context_length, param)

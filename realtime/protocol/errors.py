@@ -41,6 +41,12 @@ class RealtimeError(Exception):
         self.param = param
         self.code = code if code is not None else self.default_code
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled by its attributes, not by re-running `__init__` (whose keyword-only
+        arguments a pickled exception loses): a decode process's refusal (`json_worker`)
+        comes back to the server as the error it raised."""
+        return (_rebuilt, (type(self), self.args, self.__dict__))
+
     def to_body(self) -> dict[str, Any]:
         """The OpenAI error body: `{"error": {message, type, param, code}}`."""
         return {
@@ -51,6 +57,14 @@ class RealtimeError(Exception):
                 "code": self.code,
             }
         }
+
+
+def _rebuilt(cls: type[RealtimeError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    """`RealtimeError.__reduce__`'s other half."""
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 # --- request errors: the client sent something we will not run (recoverable) ---
@@ -92,6 +106,19 @@ class PromptTooLongError(InvalidRequestError):
         super().__init__(message, param=param)
         self.prompt_tokens = prompt_tokens
         self.context_length = context_length
+
+    @classmethod
+    def at_least(
+        cls, floor: int, characters: int, context_length: int, param: str | None
+    ) -> PromptTooLongError:
+        """A prompt of `characters` whose token count, not known, is at least `floor`."""
+        return cls(
+            f"the prompt is at least {floor} tokens ({characters} characters); the model's "
+            f"context is {context_length} tokens",
+            prompt_tokens=floor,
+            context_length=context_length,
+            param=param,
+        )
 
 
 class ModelNotFoundError(InvalidRequestError):

@@ -43,11 +43,26 @@ def encoded(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> list[int]
     return lengths
 
 
+@pytest.fixture
+def rendered(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The length of every prompt the server itself renders."""
+    template = server.engine.info.chat_template
+    render, lengths = template.render, []
+
+    def counting(*args: Any, **kwargs: Any) -> str:
+        prompt = render(*args, **kwargs)
+        lengths.append(len(prompt))
+        return prompt
+
+    monkeypatch.setattr(template, "render", counting)
+    return lengths
+
+
 def _openai(server: RunningServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.http_url + "/v1", api_key=KEY, max_retries=0)
 
 
-def test_chat_completions(server: RunningServer, encoded: list[int]) -> None:
+def test_chat_completions(server: RunningServer, encoded: list[int], rendered: list[int]) -> None:
     with _openai(server) as client:
         with pytest.raises(openai.BadRequestError) as refused:
             client.chat.completions.create(
@@ -64,6 +79,8 @@ def test_chat_completions(server: RunningServer, encoded: list[int]) -> None:
     )
     assert answer.choices[0].message.content == "after"
     assert max(encoded) < len(HUGE)
+    # The body is large, so the decode process refused it; the server never rendered it.
+    assert max(rendered) < len(HUGE)
 
 
 def test_completions(server: RunningServer, encoded: list[int]) -> None:
@@ -86,7 +103,7 @@ def test_responses(server: RunningServer, encoded: list[int]) -> None:
     assert max(encoded, default=0) < len(HUGE)
 
 
-def test_messages(server: RunningServer, encoded: list[int]) -> None:
+def test_messages(server: RunningServer, encoded: list[int], rendered: list[int]) -> None:
     with anthropic.Anthropic(base_url=server.http_url, api_key=KEY, max_retries=0) as client:
         with pytest.raises(anthropic.BadRequestError) as refused:
             client.messages.create(
@@ -96,6 +113,7 @@ def test_messages(server: RunningServer, encoded: list[int]) -> None:
     # Claude Code reads the first number to decide how much to compact.
     assert body["error"]["message"] == f"prompt is too long: {FLOOR} tokens > {CONTEXT} maximum"
     assert max(encoded, default=0) < len(HUGE)
+    assert max(rendered, default=0) < len(HUGE)  # refused in the decode process
 
 
 @pytest.mark.anyio

@@ -174,3 +174,27 @@ def test_as_realtime_error_hides_unexpected_messages(exc: BaseException) -> None
             "code": "internal_error",
         }
     }
+
+
+def test_every_error_pickles_to_the_same_error() -> None:
+    """A decode process sends its refusal back pickled (`json_worker`): an error with
+    keyword-only arguments (PromptTooLongError's numbers) must come back whole."""
+    import pickle
+
+    from realtime.protocol import errors
+
+    too_long = errors.PromptTooLongError.at_least(90, 600, 80, "messages")
+    back = pickle.loads(pickle.dumps(too_long))
+    assert type(back) is errors.PromptTooLongError and str(back) == str(too_long)
+    assert (back.prompt_tokens, back.context_length) == (90, 80)
+    assert back.to_body() == too_long.to_body()
+    for cls in vars(errors).values():
+        if isinstance(cls, type) and issubclass(cls, errors.RealtimeError):
+            if cls is errors.PromptTooLongError:
+                continue
+            try:
+                error = cls("no good", param="p")
+            except TypeError:
+                continue  # constructors of their own (covered where they are raised)
+            back = pickle.loads(pickle.dumps(error))
+            assert type(back) is cls and back.to_body() == error.to_body(), cls
