@@ -20,11 +20,23 @@ from realtime.protocol.json_input import Decoded, RefusedShape, decode_checked
 PARENT_POLL_S = 0.5
 
 
+#: How much lower the decode process's CPU priority is than the server's (`nice`).
+NICENESS = 10
+
+
 def exit_with_parent(parent: int) -> None:
     """The process's initializer: it exits once `parent` is gone. Its task queue's pipe
     never reports the end (the process holds that pipe's writing end too), so without
     this a server killed with kill -9 left its decode process running, holding the
-    server's stderr open."""
+    server's stderr open.
+
+    It also lowers the process's priority by `NICENESS`: only large inputs come here,
+    and when a client floods it with them on a busy machine, the engine and the front
+    ends should get the cores first, the flood what is left."""
+    try:
+        os.nice(NICENESS)
+    except OSError:  # not allowed here: run at the server's priority
+        pass
 
     def watch() -> None:
         while os.getppid() == parent:
