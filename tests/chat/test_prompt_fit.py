@@ -117,3 +117,23 @@ def test_the_messages_check_refuses_in_anthropics_numbers() -> None:
     assert error.value.prompt_tokens >= INFO.context_length
     fits = {**_body("fits"), "max_tokens": 5}
     assert pickle.loads(decode_pickled(json.dumps(fits), 64, None, early)).checked_value() == fits
+
+
+def test_a_chat_frame_is_checked_under_the_sessions_defaults() -> None:
+    from realtime.dialects.chat.frames import check_request_frame
+
+    huge = "x" * (6 * INFO.context_length + 1000)
+    frame = {
+        "type": "response.create",
+        "request_id": "r1",
+        "messages": [{"role": "user", "content": huge}],
+    }
+    check = functools.partial(
+        check_request_frame, defaults={"model": "echo"}, limits=DEFAULT_INPUT_LIMITS, fit=_fit()
+    )
+    refused = pickle.loads(decode_pickled(json.dumps(frame), 64, None, check))
+    assert refused.value["request_id"] == "r1"  # the envelope names the request it ends
+    with pytest.raises(PromptTooLongError):
+        refused.checked_value()
+    other = functools.partial(check, defaults={"model": "another"})
+    assert pickle.loads(decode_pickled(json.dumps(frame), 64, None, other)).checked_value() == frame

@@ -117,7 +117,9 @@ def test_messages(server: RunningServer, encoded: list[int], rendered: list[int]
 
 
 @pytest.mark.anyio
-async def test_the_chat_socket(server: RunningServer, encoded: list[int]) -> None:
+async def test_the_chat_socket(
+    server: RunningServer, encoded: list[int], rendered: list[int]
+) -> None:
     async with connect(server.ws_url, max_size=None) as ws:
         await ws.send(chat(HUGE, request_id="huge"))
         (error,) = await collect_until_terminal(ws)
@@ -128,3 +130,4 @@ async def test_the_chat_socket(server: RunningServer, encoded: list[int]) -> Non
     assert f"at least {FLOOR} tokens" in error["error"]["message"]
     assert text_of(after) == "after"
     assert max(encoded) < len(HUGE)
+    assert max(rendered) < len(HUGE)  # refused in the decode process

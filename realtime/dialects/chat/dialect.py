@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from realtime.chat.coalesce import fold_chunk
+from realtime.chat.prompt_fit import PromptFit
 from realtime.dialects.chat.frames import (
     CancelFrame,
     CloseSessionFrame,
@@ -134,9 +135,14 @@ class ChatFrameDialect:
         raise TypeError(f"unexpected frame {frame!r}")  # pragma: no cover - exhaustive
 
     def large_frame_check(self) -> Callable[[Any], object]:
-        """A request frame's validation under this socket's defaults, run by the decode
-        process on a large frame (`ws/large_frames.py`)."""
-        return functools.partial(check_request_frame, defaults=self.defaults, limits=self.limits)
+        """A request frame's validation under this socket's defaults, and its prompt's
+        fit, run by the decode process on a large frame (`ws/large_frames.py`)."""
+        return functools.partial(
+            check_request_frame,
+            defaults=self.defaults,
+            limits=self.limits,
+            fit=PromptFit.of(self.pipeline.engine.info),
+        )
 
     def parse_binary(self, data: bytes) -> Command:
         return CloseWith(

@@ -37,6 +37,8 @@ from typing import Any, Literal
 
 import orjson
 
+from realtime.chat.prompt_fit import PromptFit
+from realtime.dialects.chat.build import chat_generation
 from realtime.dialects.chat.request import ChatCompletionRequest, parse_chat_request
 from realtime.protocol.errors import InvalidRequestError, MalformedFrameError, RealtimeError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS, InputLimits
@@ -204,11 +206,19 @@ def _parse_request(
     return parse_chat_request(body, limits)
 
 
-def check_request_frame(data: Any, *, defaults: dict[str, Any] | None, limits: InputLimits) -> None:
+def check_request_frame(
+    data: Any,
+    *,
+    defaults: dict[str, Any] | None,
+    limits: InputLimits,
+    fit: PromptFit | None = None,
+) -> None:
     """Raise what `decode_client_frame` raises for a request frame's body, for a decode
     process (`ws/large_frames.py`): a large frame refused there comes back as its
     envelope and error. Anything `decode_client_frame` checks before the body (not a
-    request, a bad `request_id`) passes here, so it is answered as it always is."""
+    request, a bad `request_id`) passes here, so it is answered as it always is.
+    With `fit`, a request whose prompt cannot fit the context is refused there too,
+    with the error preparing it would raise (`realtime.chat.prompt_fit`)."""
     if not isinstance(data, dict) or data.get("type", REQUEST_TYPE) != REQUEST_TYPE:
         return
     request_id = data.get("request_id")
@@ -216,7 +226,9 @@ def check_request_frame(data: Any, *, defaults: dict[str, Any] | None, limits: I
         not isinstance(request_id, str) or not 0 < len(request_id) <= MAX_REQUEST_ID_CHARS
     ):
         return
-    _parse_request(data, defaults, limits)
+    request = _parse_request(data, defaults, limits)
+    if fit is not None:
+        fit.refuse(chat_generation(request))
 
 
 def merge_defaults(defaults: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
