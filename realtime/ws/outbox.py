@@ -43,6 +43,8 @@ from typing import Any
 
 import orjson
 
+from realtime.ws.transport import UTF8_TEXT
+
 log = logging.getLogger("realtime.ws")
 
 #: The kind of frame ("chunk", "done", ...): the sent-frames metric's label.
@@ -237,10 +239,12 @@ class Outbox:
         self._busy = True
         self.send_started = started = self._clock()
         try:
-            text = orjson.dumps(frame).decode()
-            await self._send({"type": "websocket.send", "text": text})
-            if len(text) >= LARGE_FRAME_BYTES:  # let the loop's other clients run
-                await asyncio.sleep(0)
+            data = orjson.dumps(frame)
+            if len(data) < LARGE_FRAME_BYTES:
+                await self._send({"type": "websocket.send", "text": data.decode()})
+            else:
+                await self._send(self._large(data))
+                await asyncio.sleep(0)  # let the loop's other clients run
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -257,6 +261,14 @@ class Outbox:
         self._on_sent(kind)
         if self._idle is not None and self.empty:
             self._idle.set()
+
+    def _large(self, data: bytes) -> dict[str, Any]:
+        """The send of a large frame's JSON: as UTF-8 bytes when the server is this
+        one's own transport (the only one that says whether the socket is `writable`;
+        `UTF8_TEXT`), saving a decode and an encode of its megabytes; else as text."""
+        if self._writable is not None:
+            return {"type": "websocket.send", UTF8_TEXT: data}
+        return {"type": "websocket.send", "text": data.decode()}
 
     def _peer_gone(self) -> None:
         if self._gone:

@@ -76,6 +76,10 @@ if TYPE_CHECKING:
 
 #: The scope extension that carries the socket's writability flag.
 WRITABLE_EXTENSION = "realtime.writable"
+#: A `websocket.send` key this transport reads in place of `text`: the text frame's
+#: UTF-8 bytes, already encoded (a large frame's JSON, straight from orjson). A frame
+#: of megabytes is then not decoded to `str` by the sender and encoded back here.
+UTF8_TEXT = "realtime.utf8"
 
 
 #: A text message longer than this (bytes of UTF-8) is sent in fragments of this size.
@@ -192,6 +196,12 @@ class RealtimeWebSocketProtocol(WebSocketsSansIOProtocol):
 
     async def send(self, message: ASGISendEvent) -> None:
         if message["type"] == "websocket.send":  # the per-token path: nothing to add
+            utf8: bytes | None = message.get(UTF8_TEXT)  # type: ignore[assignment]
+            if utf8 is not None:
+                if self.handshake_complete:
+                    await self._send_fragments(utf8)
+                    return
+                message = {"type": "websocket.send", "text": utf8.decode()}
             text = message.get("text")
             if text is not None and len(text) > FRAGMENT_BYTES and self.handshake_complete:
                 await self._send_fragments(text.encode())

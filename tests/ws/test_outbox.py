@@ -11,6 +11,7 @@ import pytest
 from realtime.chat.coalesce import fold_chunk
 from realtime.chat.delta import DeltaGenerator
 from realtime.ws.outbox import LARGE_FRAME_BYTES, Outbox
+from realtime.ws.transport import UTF8_TEXT
 
 pytestmark = pytest.mark.anyio
 
@@ -25,13 +26,17 @@ class FakeSocket:
         self.fail = False
         self.gone = 0
         self.kinds: list[str] = []
+        #: per send: whether it came as UTF-8 bytes (`UTF8_TEXT`) rather than text
+        self.as_utf8: list[bool] = []
 
     async def send(self, message: dict[str, Any]) -> None:
         await self.gate.wait()
         if self.fail:
             raise ConnectionResetError("peer gone")
         assert message["type"] == "websocket.send"
-        self.sent.append(orjson.loads(message["text"]))
+        utf8 = message.get(UTF8_TEXT)
+        self.as_utf8.append(utf8 is not None)
+        self.sent.append(orjson.loads(utf8 if utf8 is not None else message["text"]))
 
     def outbox(self, capacity: int = 4, *, knows_writable: bool = False) -> Outbox:
         """`knows_writable`: the outbox may ask whether a send would wait (the gate)."""
@@ -229,7 +234,8 @@ async def test_a_burst_of_large_frames_lets_other_tasks_run_between_them() -> No
             order.append("frame")
 
     await asyncio.gather(burst(), neighbour())
-    assert len(sock.sent) == 5
+    assert len(sock.sent) == 5 and sock.sent[0] == large
+    assert sock.as_utf8 == [True] * 5  # this server's transport: no decode and encode
     # the neighbour ran between the frames, not after all of them
     assert order.index("neighbour") < order.index("frame") + 2
     assert order[: order.index("neighbour")].count("frame") <= 1
@@ -249,3 +255,15 @@ async def test_small_frames_are_sent_without_a_task_switch() -> None:
         await box.put(chunk, "chunk", "r1")
     assert order == []  # the three sends ran without giving the loop away
     await task
+
+
+async def test_a_large_frame_goes_as_text_to_a_server_that_is_not_this_ones() -> None:
+    """`UTF8_TEXT` is this server's transport's own key: with another ASGI server (one
+    that does not say whether the socket is writable), a large frame is plain text."""
+    sock = FakeSocket()
+    box = sock.outbox(knows_writable=False)
+    large = {"type": "conversation.item.retrieved", "text": "x" * LARGE_FRAME_BYTES}
+    await box.put(large, "event")
+    await box.put({"type": "small"}, "event")
+    assert sock.sent == [large, {"type": "small"}]
+    assert sock.as_utf8 == [False, False]
