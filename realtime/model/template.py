@@ -100,6 +100,10 @@ def _environment(clock: Callable[[], datetime]) -> ImmutableSandboxedEnvironment
     return env
 
 
+#: The exact types `plain_data` returns as they are (subclasses are converted).
+_PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def plain_data(value: Any) -> Any:
     """A fresh copy of `value` made of JSON types only; anything else becomes "<Type>".
 
@@ -107,8 +111,20 @@ def plain_data(value: Any) -> Any:
     ever meets plain data (no object methods a template could reach).
     """
     kind = type(value)
-    if value is None or kind in (str, int, float, bool):
+    if kind in _PLAIN_SCALARS:
         return value
+    # The exact containers first: a message is made of them, and the checks below
+    # against abstract classes cost more than copying (a long conversation's render
+    # spent half its time here).
+    if kind is dict:
+        return {
+            key if type(key) is str else plain_data(key): (
+                item if type(item) in _PLAIN_SCALARS else plain_data(item)
+            )
+            for key, item in value.items()
+        }
+    if kind is list:
+        return [item if type(item) in _PLAIN_SCALARS else plain_data(item) for item in value]
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, int):
@@ -142,7 +158,13 @@ def prepare_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             raise InvalidRequestError(
                 f"chat messages must be objects, got {type(message).__name__}", param="messages"
             )
-        plain = plain_data({key: value for key, value in message.items() if value is not None})
+        plain = {  # plain_data of the message less its None values, in one pass
+            key if type(key) is str else plain_data(key): (
+                value if type(value) in _PLAIN_SCALARS else plain_data(value)
+            )
+            for key, value in message.items()
+            if value is not None
+        }
         reasoning = next(
             (plain[key] for key in _REASONING_FIELDS if plain.get(key) is not None), None
         )

@@ -296,3 +296,26 @@ def test_plain_data_keeps_json_and_replaces_the_rest() -> None:
         "p": {"x": 3},
         "f": "<builtin_function_or_method>",
     }
+
+
+def test_plain_data_copies_and_turns_subclasses_into_their_json_type() -> None:
+    class Text(str):
+        pass
+
+    class Number(int):
+        pass
+
+    inner = {"k": [Text("t"), Number(4), 1.5, None]}
+    value = {Text("key"): inner, "list": [inner], "n": Number(2)}
+    plain = plain_data(value)
+    assert plain == {"key": inner, "list": [inner], "n": 2}
+    assert plain["key"] is not inner and plain["list"][0] is not inner  # copies, not views
+    kinds = {type(k) for k in plain} | {type(x) for x in plain["key"]["k"]} | {type(plain["n"])}
+    assert kinds == {str, int, float, type(None)}
+
+
+def test_a_message_loses_its_none_fields_and_only_at_its_top() -> None:
+    from realtime.model.template import prepare_messages
+
+    (message,) = prepare_messages([{"role": "user", "content": "hi", "name": None, "x": [None]}])
+    assert message == {"role": "user", "content": "hi", "x": [None]}
