@@ -7,12 +7,9 @@ disconnects, shutdown) is `serving.py`'s, shared with /v1/completions.
 
 from __future__ import annotations
 
-import functools
-
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from realtime.chat.prompt_fit import PromptFit
 from realtime.dialects.chat.early_refusal import refuse_unfit_chat
 from realtime.dialects.chat.request import parse_chat_request
 from realtime.dialects.chat.run import ChatRun
@@ -27,9 +24,7 @@ async def chat_completions(request: Request) -> Response:
     outcome = begin(request)
     try:
         # A large body whose prompt cannot fit is refused in the decode process.
-        fit = PromptFit.of(pipeline.engine.info)
-        early = functools.partial(refuse_unfit_chat, fit=fit) if fit is not None else None
-        chat_request = await read_request(request, parse_chat_request, early)
+        chat_request = await read_request(request, parse_chat_request, refuse_unfit_chat)
         scope = scope_of(request, outcome)
         streaming = bool(chat_request.stream)
         # A large prompt is rendered and encoded in a worker thread (offload.py says why).

@@ -23,7 +23,6 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from realtime.asgi.responses import ORJSONResponse, body_response
-from realtime.chat.prompt_fit import PromptFit
 from realtime.dialects.messages.build import (
     parse_count_tokens_request,
     parse_messages_request,
@@ -81,12 +80,7 @@ async def create_message(request: Request) -> Response:
     outcome = begin(request)
     try:
         # A large body whose prompt cannot fit is refused in the decode process.
-        fit = PromptFit.of(pipeline.engine.info)
-        early = (
-            partial(refuse_unfit_message, fit=fit, options=settings.messages)
-            if fit is not None
-            else None
-        )
+        early = partial(refuse_unfit_message, options=settings.messages)
         body = await read_request(request, parse_messages_request, early)
         scope = scope_of(request, outcome)
         streaming = bool(body.stream)

@@ -27,6 +27,7 @@ from starlette.responses import Response
 
 from realtime.asgi.lifecycle import Lifecycle
 from realtime.asgi.responses import ORJSONResponse, error_response
+from realtime.chat.prompt_fit import PromptFit
 from realtime.http.cache_scope import CacheScope, cache_scope
 from realtime.http.sse import CHAT_FRAMING, EventStreamResponse, SseFraming
 from realtime.observability.logs import event, field_name
@@ -75,11 +76,15 @@ async def read_request(
     """The body parsed by the route's `parse(data, limits=...)` (a module-level function):
     for a large body, it runs in the decode process first, so a body it refuses is
     refused without the document coming back (`read_json_body`). `early(data,
-    limits=...)`, when given, runs there instead: `parse` and more of what the route
-    would refuse later (a prompt that cannot fit, `realtime.chat.prompt_fit`)."""
+    limits=..., fit=...)`, when given, runs there instead: `parse`, then the prompt's
+    fit to the served model (`realtime.chat.prompt_fit`), when its tokenizer gives one."""
     limits = request.app.state.http.input_limits
     check = functools.partial(parse, limits=limits)
-    there = functools.partial(early, limits=limits) if early is not None else check
+    there: Callable[[Any], object] = check
+    if early is not None and len(await request.body()) >= json_process.DECODE_PROCESS_BYTES:
+        fit = PromptFit.of(request.app.state.pipeline.engine.info)
+        if fit is not None:
+            there = functools.partial(early, limits=limits, fit=fit)
     parsed: Parsed = check(await read_json_body(request, there))
     return parsed
 
