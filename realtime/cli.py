@@ -149,6 +149,7 @@ def serve(config: ServerConfig, engine_choice: str | None = None) -> int:
     from realtime.app import build_app, engine_from_config, engine_process_spec
     from realtime.engine.process.launcher import EngineProcess, EngineStartError
     from realtime.observability.logs import configure_logging
+    from realtime.process_priority import yield_to_engine
     from realtime.server import (
         EXIT_ENGINE_DIED,
         RealtimeServer,
@@ -187,6 +188,9 @@ def serve(config: ServerConfig, engine_choice: str | None = None) -> int:
         if spec is not None:
             engine_process = EngineProcess(spec)
             engine_process.spawn()  # it loads the model while this process builds the app
+            # Then the front ends (this process, and the processes it starts from here
+            # on) go below the engine in CPU priority: see process_priority.py.
+            yield_to_engine(config.front_end_niceness)
         address = engine_process.address if engine_process is not None else None
         engine = engine_from_config(config, engine_address=address)
     except (ValueError, ImportError) as exc:

@@ -19,7 +19,7 @@ from websockets.exceptions import ConnectionClosed
 
 from realtime.server import EXIT_ENGINE_DIED
 from tests.conftest import ServerProcess, scrape_metrics, spawn_server
-from tests.engine.test_process_server import engine_pid
+from tests.engine.test_process_server import children, engine_pid, niceness
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 LONG = {
@@ -65,7 +65,12 @@ def test_two_front_ends_serve_count_together_and_share_stored_responses(
     pytest.importorskip("torch")
     server = serve_two(tiny_model_dir)
     try:
-        engine_pid(server)  # one engine process
+        engine = engine_pid(server)  # one engine process
+        # Every front end runs below the engine in CPU priority (--front-end-niceness).
+        fronts = [pid for pid in children(server.proc.pid) if pid != engine]
+        assert len(fronts) >= 2, fronts
+        for pid in fronts:
+            assert niceness(pid) == min(19, niceness(engine) + 5)
         seen: set[str] = set()
         sent = 0
         while len(seen) < 2 and sent < 300:

@@ -72,9 +72,9 @@ LAYERS: list[set[str]] = [
     {"consumer_settings"},
     # the ASGI application
     {"app"},
-    # running it: uvicorn with a draining shutdown, the allocator's settings; the
-    # generated documents
-    {"server", "allocator", "docgen"},
+    # running it: uvicorn with a draining shutdown, the allocator's settings, the front
+    # ends' CPU priority; the generated documents
+    {"server", "allocator", "process_priority", "docgen"},
     # several front ends on one engine process (--api-servers)
     {"front_ends"},
     # the library API: serve an engine object (create_app, serve)

@@ -179,6 +179,16 @@ FLAGS: tuple[Flag, ...] = (
         value=Integer(1, 64),
     ),
     Flag(
+        "--front-end-niceness",
+        "server",
+        "with the engine in its own process: how far below it the front ends (and their"
+        " decode process) run in CPU priority, a `nice` increment, so a flood of large"
+        " inputs cannot take the engine's share of a busy machine (default %(default)s;"
+        " 0 = the same priority)",
+        field="front_end_niceness",
+        value=Integer(0, 19),
+    ),
+    Flag(
         "--model-name",
         "server",
         "the name clients send as `model` (default: the engine's model name)",

@@ -46,6 +46,8 @@ class ServerConfig:
     engine_process: str = "auto"
     #: Front-end processes (HTTP and WebSocket) sharing the port and one engine process.
     api_servers: int = 1
+    #: How far below the engine process the front ends run in CPU priority (`nice`).
+    front_end_niceness: int = 5
     model_name: str | None = None
     echo_delay: float = 0.0
     model_dir: str | None = None

@@ -47,6 +47,11 @@ def engine_pid(server: ServerProcess) -> int:
     return found[0]
 
 
+def niceness(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])
+
+
 def serve_cpu(model_dir: Path, *args: str) -> ServerProcess:
     return spawn_server(
         "--engine", "cpu", "--model", str(model_dir), "--model-name", "tiny", *args, timeout=90
@@ -95,6 +100,8 @@ async def _socket_error(url: str, started: asyncio.Event) -> tuple[dict[str, obj
 def test_a_served_engine_process_answers_and_stops_with_the_server(tiny_model_dir: Path) -> None:
     server = serve_cpu(tiny_model_dir)
     engine = engine_pid(server)
+    # The front end yields the CPU to the engine on a busy machine (--front-end-niceness).
+    assert niceness(server.proc.pid) == min(19, niceness(engine) + 5)
     body = {**BODY, "stream": False, "max_tokens": 5}
     answer = httpx.post(server.http_url + "/v1/chat/completions", json=body, timeout=60).json()
     assert answer["usage"]["completion_tokens"] == 5
@@ -107,6 +114,14 @@ def test_a_served_engine_process_answers_and_stops_with_the_server(tiny_model_di
     assert again.json()["usage"]["completion_tokens"] == 5
     assert server.stop() == 0
     wait_until(lambda: not os.path.exists(f"/proc/{engine}"), timeout=15)
+
+
+def test_front_end_niceness_0_keeps_the_engine_s_priority(tiny_model_dir: Path) -> None:
+    server = serve_cpu(tiny_model_dir, "--front-end-niceness", "0")
+    try:
+        assert niceness(server.proc.pid) == niceness(engine_pid(server))
+    finally:
+        assert server.stop() == 0
 
 
 def test_kill_9_of_the_engine_under_load(tiny_model_dir: Path) -> None:
