@@ -4,7 +4,7 @@ On a machine with more work than cores, Linux shares a core between the engine a
 whatever else is runnable. A client that floods the server with large bodies keeps the
 front end and the decode process busy, and the engine then waits on the run queue for
 a quarter of its time (read from `/proc/PID/task/*/schedstat` during the hostile
-benchmark: 0.75-0.87 of a core running, 0.13-0.26 waiting). The engine's work is every
+benchmark: 0.74-0.87 of a core running, 0.13-0.26 waiting). The engine's work is every
 client's tokens; the front end's extra work is the flood's. So `realtime serve` starts
 the engine process first, at its own priority, and then lowers its own by
 `--front-end-niceness` (a `nice` increment, which needs no privilege, unlike raising the

@@ -131,6 +131,12 @@ def wait_until(
         time.sleep(interval)
 
 
+def niceness(pid: int) -> int:
+    """A process's CPU niceness, read from `/proc` (Linux)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])
+
+
 # --- additions for the hardening tests: a server subprocess, metrics scraping ---
 
 SERVE_STARTUP_LINE = re.compile(r"on http://127\.0\.0\.1:(?P<port>\d+)/v1 and ws://")

@@ -18,8 +18,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from realtime.server import EXIT_ENGINE_DIED
-from tests.conftest import ServerProcess, scrape_metrics, spawn_server
-from tests.engine.test_process_server import children, engine_pid, niceness
+from tests.conftest import ServerProcess, niceness, scrape_metrics, spawn_server
+from tests.engine.test_process_server import children, engine_pid
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 LONG = {

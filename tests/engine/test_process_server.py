@@ -16,7 +16,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedError
 
 from realtime.server import EXIT_ENGINE_DIED
-from tests.conftest import ServerProcess, spawn_server, wait_until
+from tests.conftest import ServerProcess, niceness, spawn_server, wait_until
 
 pytest.importorskip("torch")
 
@@ -45,11 +45,6 @@ def engine_pid(server: ServerProcess) -> int:
                 found.append(pid)
     assert len(found) == 1, found
     return found[0]
-
-
-def niceness(pid: int) -> int:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[16])
 
 
 def serve_cpu(model_dir: Path, *args: str) -> ServerProcess:

@@ -32,7 +32,7 @@ from realtime.protocol.errors import UnknownFieldError
 from realtime.protocol.input_limits import DEFAULT_INPUT_LIMITS
 from realtime.protocol.json_input import RefusedShape
 from realtime.protocol.json_worker import NICENESS, decode_pickled
-from tests.conftest import async_wait_until
+from tests.conftest import async_wait_until, niceness
 from tests.ws.wsclient import collect_until_terminal, text_of
 
 pytestmark = pytest.mark.anyio
@@ -57,10 +57,6 @@ def _long_message(chars: int) -> str:
     """Long in characters, short in the echo engine's tokens (its context is 32k)."""
     word = "w" * 63 + " "
     return word * (chars // len(word))
-
-
-def _niceness(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
 
 
 def _decode_processes(server_pid: int) -> list[int]:
@@ -93,7 +89,7 @@ async def test_large_bodies_are_decoded_in_a_child_process_with_the_same_answers
         children = _decode_processes(server.proc.pid)
         assert len(children) == 1, children
         # Below the server's priority: a flood of large inputs gets the cores last.
-        assert _niceness(children[0]) == min(19, _niceness(server.proc.pid) + NICENESS)
+        assert niceness(children[0]) == min(19, niceness(server.proc.pid) + NICENESS)
 
         broken = await client.post(url, content=_wide_body()[:-3], headers=headers)
         assert broken.status_code == 400
