@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -104,6 +104,16 @@ def _environment(clock: Callable[[], datetime]) -> ImmutableSandboxedEnvironment
 _PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
+def _plain_dict(pairs: Iterable[tuple[Any, Any]]) -> dict[Any, Any]:
+    """`plain_data` of a dict's (key, value) pairs, the exact scalars taken as they are."""
+    return {
+        key if type(key) is str else plain_data(key): (
+            item if type(item) in _PLAIN_SCALARS else plain_data(item)
+        )
+        for key, item in pairs
+    }
+
+
 def plain_data(value: Any) -> Any:
     """A fresh copy of `value` made of JSON types only; anything else becomes "<Type>".
 
@@ -117,12 +127,7 @@ def plain_data(value: Any) -> Any:
     # against abstract classes cost more than copying (a long conversation's render
     # spent half its time here).
     if kind is dict:
-        return {
-            key if type(key) is str else plain_data(key): (
-                item if type(item) in _PLAIN_SCALARS else plain_data(item)
-            )
-            for key, item in value.items()
-        }
+        return _plain_dict(value.items())
     if kind is list:
         return [item if type(item) in _PLAIN_SCALARS else plain_data(item) for item in value]
     if isinstance(value, str):
@@ -158,13 +163,8 @@ def prepare_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             raise InvalidRequestError(
                 f"chat messages must be objects, got {type(message).__name__}", param="messages"
             )
-        plain = {  # plain_data of the message less its None values, in one pass
-            key if type(key) is str else plain_data(key): (
-                value if type(value) in _PLAIN_SCALARS else plain_data(value)
-            )
-            for key, value in message.items()
-            if value is not None
-        }
+        # plain_data of the message less its None values, in one pass
+        plain = _plain_dict((key, value) for key, value in message.items() if value is not None)
         reasoning = next(
             (plain[key] for key in _REASONING_FIELDS if plain.get(key) is not None), None
         )

@@ -196,14 +196,15 @@ class RealtimeWebSocketProtocol(WebSocketsSansIOProtocol):
 
     async def send(self, message: ASGISendEvent) -> None:
         if message["type"] == "websocket.send":  # the per-token path: nothing to add
-            utf8: bytes | None = message.get(UTF8_TEXT)  # type: ignore[assignment]
-            if utf8 is not None:
-                if self.handshake_complete:
-                    await self._send_fragments(utf8)
-                    return
-                message = {"type": "websocket.send", "text": utf8.decode()}
             text = message.get("text")
-            if text is not None and len(text) > FRAGMENT_BYTES and self.handshake_complete:
+            if text is None:  # binary, or a large frame's UTF-8 (`UTF8_TEXT`)
+                utf8: bytes | None = message.get(UTF8_TEXT)  # type: ignore[assignment]
+                if utf8 is not None:
+                    if self.handshake_complete:
+                        await self._send_fragments(utf8)
+                        return
+                    message = {"type": "websocket.send", "text": utf8.decode()}
+            elif len(text) > FRAGMENT_BYTES and self.handshake_complete:
                 await self._send_fragments(text.encode())
                 return
             await super().send(message)
