@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 import uvicorn
 from starlette.applications import Starlette
 
+from realtime.accept import Acceptor
 from realtime.asgi.lifecycle import Lifecycle
 from realtime.config import ServerConfig
 from realtime.http.background_runs import BackgroundRuns
@@ -138,13 +139,33 @@ class RealtimeServer(uvicorn.Server):
         self.should_exit = True
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
+        if sockets is None or self.config.ssl is not None:
+            await super().startup(sockets)
+        else:
+            # uvicorn's startup without its servers (the lifespan, the app's state), then
+            # an `Acceptor` per socket: uvloop's own accepts one connection per loop pass.
+            await super().startup([])
+            if self.started:
+                self.servers = [self._acceptor(sock) for sock in sockets]  # type: ignore[misc]
         if self.started and sockets:  # uvicorn names the address only for sockets it bound
             log_started = getattr(self, "_log_started_message", None)
             if callable(log_started):
                 log_started(sockets)
         if self.started and self._on_listening is not None:
             self._on_listening(self.bound_port)
+
+    def _acceptor(self, sock: socket.socket) -> Acceptor:
+        config, loop = self.config, asyncio.get_running_loop()
+
+        def create_protocol() -> asyncio.Protocol:  # as uvicorn's startup makes them
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config,
+                server_state=self.server_state,
+                app_state=self.lifespan.state,
+                _loop=loop,
+            )
+
+        return Acceptor(sock, create_protocol, backlog=config.backlog)
 
     @property
     def bound_port(self) -> int | None:

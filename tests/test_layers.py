@@ -72,6 +72,8 @@ LAYERS: list[set[str]] = [
     {"consumer_settings"},
     # the ASGI application
     {"app"},
+    # accepting connections for uvicorn (every waiting one per wake-up)
+    {"accept"},
     # running it: uvicorn with a draining shutdown, the allocator's settings, the front
     # ends' CPU priority; the generated documents
     {"server", "allocator", "process_priority", "docgen"},
