@@ -30,11 +30,17 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from realtime.http.ready import Suspended, start
 from realtime.protocol.errors import RealtimeError, ServerShuttingDownError, as_realtime_error
 
 log = logging.getLogger("realtime.http")
 
 DONE_EVENT = b"data: [DONE]\n\n"
+
+#: The most chunks, and bytes, one write gathers: bounds the latency of a batch and its
+#: memory when the chunks never stop being ready (`EventStreamResponse._pump`).
+BATCH_EVENTS = 32
+BATCH_BYTES = 64 * 1024
 KEEPALIVE_COMMENT = b": keep-alive\n\n"
 
 _SHUTDOWN_ERROR = ServerShuttingDownError("server shutting down; the request was cancelled")
@@ -162,35 +168,66 @@ class EventStreamResponse(Response):
             await _cancel(pump)  # also collects its error if it failed after we stopped watching
 
     async def _pump(self) -> None:
-        """Pull each chunk and send it: the only work done per chunk."""
-        assert self._send is not None
-        send, clock = self._send, asyncio.get_running_loop().time
+        """Pull the chunks and send them: the only work done per chunk.
+
+        The chunks that are ready one after another (the next pull would not
+        suspend: `ready.start`) go out in one write, up to `BATCH_EVENTS` of them or
+        `BATCH_BYTES`; a chunk is never held back for one that is not ready yet.
+        The last batch, the failure event and the end share the last write."""
         encode = self.framing.encode
+        batch: list[bytes] = []
+        size = 0
         failure: bytes | None = None
         async with aclosing(self.chunks) as chunks:
             pull = chunks.__anext__
             while True:
                 try:
-                    data = encode(await pull())
+                    pulled = start(pull())
+                    if isinstance(pulled, Suspended):
+                        if batch:
+                            await self._write_before(pulled, batch)
+                            size = 0
+                        chunk = await pulled
+                    else:
+                        chunk = pulled
+                    data = encode(chunk)
                 except StopAsyncIteration:
                     break
+                except _WriteFailed as failed:
+                    raise failed.error from None
                 except Exception as exc:
-                    error = as_realtime_error(exc)
-                    if error is not exc:
-                        log.exception("stream failed")
-                    failure = self.framing.error(error)
+                    failure = self._failure(exc)
                     break
-                # `_write`, inlined: this loop is the hot path.
-                if self._keepalive_in_flight is not None:
-                    await asyncio.wait((self._keepalive_in_flight,))
-                self._writing = True
-                await send({"type": "http.response.body", "body": data, "more_body": True})
-                self._writing = False
-                self._last_write = clock()
+                batch.append(data)
+                size += len(data)
+                if len(batch) >= BATCH_EVENTS or size >= BATCH_BYTES:
+                    await self._write(b"".join(batch))
+                    batch.clear()
+                    size = 0
         self._finishing = True
         if failure is not None:
-            await self._write(failure)
-        await self._end()
+            batch.append(failure)
+        done = self.framing.done
+        if done is not None:
+            batch.append(done)
+        await self._write(b"".join(batch), more_body=False)
+
+    async def _write_before(self, pulled: Suspended[Any], batch: list[bytes]) -> None:
+        """Write `batch` while the next pull is suspended. A failed or cancelled write
+        cancels the pull first, so the chunks (and the engine's iterator) unwind."""
+        try:
+            await self._write(b"".join(batch))
+        except BaseException as exc:
+            await pulled.cancel()
+            raise _WriteFailed(exc) from None
+        batch.clear()
+
+    def _failure(self, exc: Exception) -> bytes:
+        """The error event for what the chunks raised (a bug is logged, once)."""
+        error = as_realtime_error(exc)
+        if error is not exc:
+            log.exception("stream failed")
+        return self.framing.error(error)
 
     async def _end(self) -> None:
         """The framing's last event (or none) and the end of the body."""
@@ -219,6 +256,15 @@ class EventStreamResponse(Response):
             self._keepalive_in_flight = None
             sending.set_result(None)  # the pump waits on it with `asyncio.wait`: never cancelled
             self._last_write = loop.time()
+
+
+class _WriteFailed(Exception):
+    """A write of the pump failed (the client went away) or was cancelled: raised
+    again as itself, never mistaken for a failure of the chunks."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -18,6 +18,7 @@ from realtime.http.responses import encode_named_event
 from realtime.http.sse import EventStreamResponse, SseFraming
 from realtime.protocol.errors import RealtimeError
 from tests.http.test_sse import Chunks, Client, serve
+from tests.http.test_sse import events as split_events
 
 pytestmark = pytest.mark.anyio
 
@@ -46,10 +47,10 @@ async def test_events_are_named_and_the_body_ends_without_done() -> None:
     events, started = response_events()
     source, client = Chunks(started), Client()
     await serve(framed(source.generate(), events), client)
-    *sent, end = client.bodies
-    assert [parse(body)[0] for body in sent] == ["response.created", "response.in_progress"]
-    assert [parse(body)[1]["sequence_number"] for body in sent] == [0, 1]
-    assert end == b"" and client.messages[-1]["more_body"] is False
+    sent = split_events(client.wire)
+    assert [parse(event)[0] for event in sent] == ["response.created", "response.in_progress"]
+    assert [parse(event)[1]["sequence_number"] for event in sent] == [0, 1]
+    assert client.messages[-1]["more_body"] is False
     assert b"[DONE]" not in client.wire
 
 
@@ -77,6 +78,6 @@ async def test_an_unexpected_failure_is_an_error_event_without_its_detail() -> N
 
     client = Client()
     await serve(framed(failing(), events), client)
-    name, event = parse(client.bodies[-2])
+    name, event = parse(split_events(client.wire)[-1])
     assert name == "error" and event["code"] == "internal_error"
     assert event["sequence_number"] == 2 and b"secret" not in client.wire

@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 
-from realtime.http.sse import DONE_EVENT, KEEPALIVE_COMMENT, EventStreamResponse, encode_event
+from realtime.http.sse import (
+    BATCH_EVENTS,
+    DONE_EVENT,
+    KEEPALIVE_COMMENT,
+    EventStreamResponse,
+    encode_event,
+)
 from realtime.protocol.errors import EngineError
 
 pytestmark = pytest.mark.anyio
@@ -112,6 +118,11 @@ def serve(resp: EventStreamResponse, client: Client) -> asyncio.Task[None]:
     return asyncio.create_task(resp(scope, client.receive, client.send))  # type: ignore[arg-type]
 
 
+def events(wire: bytes) -> list[bytes]:
+    """The events on the wire, each with its blank line."""
+    return [event + b"\n\n" for event in wire.split(b"\n\n")[:-1]]
+
+
 async def test_each_chunk_is_one_data_event_and_done_ends_the_body():
     source, client = Chunks(CHUNKS), Client()
     await serve(response(source.generate()), client)
@@ -121,14 +132,35 @@ async def test_each_chunk_is_one_data_event_and_done_ends_the_body():
     assert headers[b"content-type"] == b"text/event-stream; charset=utf-8"
     assert headers[b"cache-control"] == b"no-cache"
     assert headers[b"x-accel-buffering"] == b"no"
-    assert [m["body"] for m in body] == [
+    assert events(client.wire) == [
         b'data: {"n":1,"text":"a"}\n\n',
         b'data: {"n":2,"text":"\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac"}\n\n',
         b"data: [DONE]\n\n",
     ]
-    # [DONE] completes the response; nothing is sent after it.
-    assert [m["more_body"] for m in body] == [True, True, False]
+    # Chunks that are ready together go out in one write; [DONE] completes the
+    # response in the last one, and nothing is sent after it.
+    assert len(body) == 1 and body[0]["more_body"] is False
     assert source.ended == "done"
+
+
+async def test_a_chunk_is_written_before_a_pull_that_waits():
+    # The next chunk is not ready: the one in hand goes out at once, not held for it.
+    source, client = Chunks(CHUNKS, gate_after=1), Client()
+    served = serve(response(source.generate()), client)
+    await asyncio.wait_for(source.waiting.wait(), 10)
+    await eventually(lambda: client.bodies == [encode_event(CHUNKS[0])])
+    source.gate.set()
+    await served
+    assert client.bodies == [encode_event(CHUNKS[0]), encode_event(CHUNKS[1]) + DONE_EVENT]
+    assert source.ended == "done"
+
+
+async def test_one_write_gathers_at_most_batch_events_chunks():
+    chunks = [{"n": i} for i in range(2 * BATCH_EVENTS + 3)]
+    source, client = Chunks(chunks), Client()
+    await serve(response(source.generate()), client)
+    assert [len(events(body)) for body in client.bodies] == [BATCH_EVENTS, BATCH_EVENTS, 4]
+    assert events(client.wire) == [*map(encode_event, chunks), DONE_EVENT]
 
 
 async def test_keepalive_comments_while_the_chunks_are_slow_to_come():
@@ -139,8 +171,8 @@ async def test_keepalive_comments_while_the_chunks_are_slow_to_come():
     await served
     bodies = client.bodies
     assert bodies[0] == encode_event(CHUNKS[0])
-    assert bodies[-2:] == [encode_event(CHUNKS[1]), DONE_EVENT]
-    assert set(bodies[1:-2]) == {KEEPALIVE_COMMENT}
+    assert bodies[-1] == encode_event(CHUNKS[1]) + DONE_EVENT
+    assert set(bodies[1:-1]) == {KEEPALIVE_COMMENT}
     assert client.most_in_send == 1
 
 
@@ -158,20 +190,20 @@ async def test_a_chunk_waits_for_a_keepalive_being_sent():
     await served
     assert client.most_in_send == 1
     assert client.bodies[:2] == [encode_event(CHUNKS[0]), KEEPALIVE_COMMENT]
-    assert client.bodies[-2:] == [encode_event(CHUNKS[1]), DONE_EVENT]
+    assert client.bodies[-1] == encode_event(CHUNKS[1]) + DONE_EVENT
 
 
 async def test_no_keepalive_while_a_chunk_is_stuck_in_send():
-    source = Chunks(CHUNKS)
+    source = Chunks(CHUNKS, gate_after=1)
     client = Client(hold=lambda m: m.get("body") == encode_event(CHUNKS[0]))
     served = serve(response(source.generate(), keepalive=0.01), client)
     await asyncio.wait_for(client.held.wait(), 10)
+    source.gate.set()
     await asyncio.sleep(0.05)  # several keep-alive periods
     client.release.set()
     await served
     assert client.most_in_send == 1
-    assert client.bodies[0] == encode_event(CHUNKS[0])
-    assert client.bodies[-2:] == [encode_event(CHUNKS[1]), DONE_EVENT]
+    assert client.bodies == [encode_event(CHUNKS[0]), encode_event(CHUNKS[1]) + DONE_EVENT]
 
 
 @pytest.mark.parametrize(
@@ -189,9 +221,9 @@ async def test_a_failure_after_the_start_is_an_error_event_then_done(failure, co
     client = Client()
     with caplog.at_level(logging.ERROR, logger="realtime.http"):
         await serve(response(failing()), client)
-    first, error, done = client.bodies
+    first, error, done = events(client.wire)
     assert first == encode_event(CHUNKS[0]) and done == DONE_EVENT
-    assert error.startswith(b"data: ") and error.endswith(b"\n\n")
+    assert error.startswith(b"data: ")
     body = json.loads(error[len(b"data: ") :])
     assert set(body) == {"error"} and body["error"]["code"] == code
     assert b"secret" not in client.wire and b"Traceback" not in client.wire
@@ -225,14 +257,14 @@ async def test_a_stream_started_after_the_grace_ended_is_cancelled_at_once():
 
 async def test_the_grace_ending_while_done_is_sent_does_not_add_an_error():
     source, stop = Chunks(CHUNKS), asyncio.Event()
-    client = Client(hold=lambda m: m.get("body") == DONE_EVENT)
+    client = Client(hold=lambda m: m.get("body", b"").endswith(DONE_EVENT))
     served = serve(response(source.generate(), stop=stop), client)
     await asyncio.wait_for(client.held.wait(), 10)
     stop.set()
     await asyncio.sleep(0.02)
     client.release.set()
     await served
-    assert client.bodies == [*map(encode_event, CHUNKS), DONE_EVENT]
+    assert events(client.wire) == [*map(encode_event, CHUNKS), DONE_EVENT]
     assert source.ended == "done"
 
 
@@ -246,31 +278,55 @@ async def test_a_client_that_hangs_up_closes_the_chunks_and_gets_nothing_more():
     assert client.bodies == [encode_event(CHUNKS[0])]
 
 
-async def test_a_client_that_hangs_up_while_a_send_is_stuck_closes_the_chunks():
-    source = Chunks(CHUNKS)
-    client = Client(hold=lambda m: m.get("body") == encode_event(CHUNKS[0]))
+async def test_a_client_that_hangs_up_while_a_full_batch_is_stuck_closes_the_chunks():
+    chunks = [{"n": i} for i in range(BATCH_EVENTS + 1)]
+    source = Chunks(chunks)
+    client = Client(hold=lambda m: m.get("body", b"").startswith(encode_event(chunks[0])))
     served = serve(response(source.generate()), client)
     await asyncio.wait_for(client.held.wait(), 10)
     client.hangup.set()
     await asyncio.wait_for(served, 10)
-    assert source.ended == "closed"  # at its `yield`: the chunk was pulled, not yet sent
+    assert source.ended == "closed"  # at its `yield`: the batch was pulled, not yet sent
+    assert client.bodies == []
+
+
+async def test_a_client_that_hangs_up_while_a_send_is_stuck_cancels_the_waiting_pull():
+    # The chunk is being written while the next pull waits (on the engine): the
+    # hang-up cancels that pull, so the chunks and the engine below them stop.
+    source = Chunks(CHUNKS, gate_after=1)
+    client = Client(hold=lambda m: m.get("body") == encode_event(CHUNKS[0]))
+    served = serve(response(source.generate()), client)
+    await asyncio.wait_for(client.held.wait(), 10)
+    assert source.waiting.is_set()
+    client.hangup.set()
+    await asyncio.wait_for(served, 10)
+    assert source.ended == "cancelled"
     assert client.bodies == []
 
 
 async def test_a_failing_send_closes_the_chunks_and_propagates():
-    source, client = Chunks(CHUNKS), Client()
+    source, client = Chunks(CHUNKS * BATCH_EVENTS), Client()
     client.fail = RuntimeError("transport broke")
     with pytest.raises(RuntimeError, match="transport broke"):
         await serve(response(source.generate()), client)
     assert source.ended == "closed"
 
 
-async def test_a_send_failing_with_oserror_is_a_client_gone():
+async def test_a_failing_send_while_the_next_pull_waits_cancels_it_and_propagates():
+    source, client = Chunks(CHUNKS, gate_after=1), Client()
+    client.fail = RuntimeError("transport broke")
+    with pytest.raises(RuntimeError, match="transport broke"):
+        await serve(response(source.generate()), client)
+    assert source.ended == "cancelled"
+
+
+@pytest.mark.parametrize("gate_after", [None, 1])
+async def test_a_send_failing_with_oserror_is_a_client_gone(gate_after):
     # ASGI spec 2.4 servers report a disconnected client as OSError from `send`.
-    source, client = Chunks(CHUNKS), Client()
+    source, client = Chunks(CHUNKS * BATCH_EVENTS, gate_after=gate_after), Client()
     client.fail = ConnectionResetError()
     await serve(response(source.generate()), client)
-    assert source.ended == "closed"
+    assert source.ended == ("closed" if gate_after is None else "cancelled")
 
 
 async def test_cancelling_the_response_closes_the_chunks():
