@@ -109,13 +109,21 @@ def measure(server: ServerProcess, streams: int, seconds: float, workers: int) -
     }
 
 
-def start(front_ends: int, scratch: Path) -> ServerProcess:
+def start(
+    front_ends: int, scratch: Path, tokens_per_step: int = 1, tree: Path | None = None
+) -> ServerProcess:
+    """Our server with `front_ends` front ends (`tree`: another checkout's, the baseline)."""
     argv = [
         "-m", "realtime", "serve", "--host", "127.0.0.1", "--port", "0",
         "--model-name", "echo", "--log-level", "warning", "--no-ui",
         "--api-servers", str(front_ends), "--max-connections", "4096",
     ]  # fmt: skip
-    return start_server(f"realtime-{front_ends}", argv, scratch)
+    if tokens_per_step != 1:  # a baseline from before the flag runs one token per pass
+        argv += ["--echo-tokens-per-step", str(tokens_per_step)]
+    name = f"realtime-{front_ends}" if tree is None else f"baseline-{front_ends}"
+    if tree is None:
+        return start_server(name, argv, scratch)
+    return start_server(name, argv, scratch, cwd=tree)
 
 
 def start_dynamo(python: str, scratch: Path) -> ServerProcess:
@@ -130,6 +138,14 @@ def start_dynamo(python: str, scratch: Path) -> ServerProcess:
     return start_server("dynamo", argv, scratch, python=python, env=env, timeout=120)
 
 
+def _start(n: int | str, args: argparse.Namespace, scratch: Path) -> ServerProcess:
+    if n == "dynamo":
+        return start_dynamo(args.dynamo_python, scratch)
+    if n == "baseline":
+        return start(1, scratch, tree=args.baseline)
+    return start(int(n), scratch, args.echo_tokens_per_step)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--front-ends", default="1,2")
@@ -137,6 +153,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--echo-tokens-per-step",
+        type=int,
+        default=1,
+        help="the echo engine's tokens per pass of the event loop (16: it runs ahead, as"
+        " Dynamo's does)",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout of this repository: its server (one front end, one token"
+        " per pass) runs beside ours, interleaved",
+    )
     parser.add_argument(
         "--dynamo-python",
         help="the python of a venv with ai-dynamo 1.6.1: adds Dynamo's frontend as the peer",
@@ -146,14 +175,11 @@ def main() -> None:
     counts: list[int | str] = [int(n) for n in args.front_ends.split(",")]
     if args.dynamo_python:
         counts.append("dynamo")
+    if args.baseline:
+        counts.append("baseline")
     print(f"load before: {os.getloadavg()}")
     with tempfile.TemporaryDirectory(prefix="bench-front-ends-") as scratch:
-        servers = {
-            n: start_dynamo(args.dynamo_python, Path(scratch))
-            if n == "dynamo"
-            else start(int(n), Path(scratch))
-            for n in counts
-        }
+        servers = {n: _start(n, args, Path(scratch)) for n in counts}
         runs: dict[int | str, list[dict[str, float]]] = {n: [] for n in counts}
         try:
             for repeat in range(args.repeats):
@@ -166,10 +192,15 @@ def main() -> None:
             for server in servers.values():
                 server.stop()
     print(f"load after: {os.getloadavg()}")
-    print(f"\nmedian of {args.repeats}, {args.streams} SSE streams, echo, zero delay")
+    print(
+        f"\nmedian of {args.repeats}, {args.streams} SSE streams, echo, zero delay, "
+        f"{args.echo_tokens_per_step} token(s) per pass (ours)"
+    )
     for n in counts:
         cells = {k: statistics.median(r[k] for r in runs[n]) for k in runs[n][0]}
-        label = "dynamo 1.6.1" if n == "dynamo" else f"--api-servers {n}"
+        label = {"dynamo": "dynamo 1.6.1", "baseline": f"baseline {args.baseline}"}.get(
+            str(n), f"--api-servers {n}"
+        )
         print(f"{label}: " + ", ".join(f"{k} {v:,.1f}" for k, v in cells.items()))
 
 

@@ -93,6 +93,7 @@ def _engine_options(config: ServerConfig) -> tuple[EngineSource, dict[str, Any]]
         options["model_name"] = config.model_name
     if name == "echo":
         options["delay"] = config.echo_delay
+        options["tokens_per_step"] = config.echo_tokens_per_step
     else:
         if config.model_dir:
             options["model_dir"] = config.model_dir

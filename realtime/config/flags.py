@@ -202,6 +202,15 @@ FLAGS: tuple[Flag, ...] = (
         value=float,
     ),
     Flag(
+        "--echo-tokens-per-step",
+        "server",
+        "echo engine without a delay: tokens generated per pass of the event loop, each"
+        " still its own chunk (default %(default)s; more stands for an engine faster than"
+        " the front end, which then writes the chunks that are ready together)",
+        field="echo_tokens_per_step",
+        value=POSITIVE,
+    ),
+    Flag(
         "--queue-size",
         "server",
         "requests queued per socket before the server stops reading it (default %(default)s)",

@@ -50,6 +50,7 @@ class ServerConfig:
     front_end_niceness: int = 5
     model_name: str | None = None
     echo_delay: float = 0.0
+    echo_tokens_per_step: int = 1
     model_dir: str | None = None
     chat_template: str | None = None
     tool_parser: str = "auto"

@@ -4,7 +4,8 @@ It is a complete model in the pipeline's sense - a tokenizer, a chat template an
 a token-level engine - so requests to it travel the same path a real model's do:
 template rendering, tokenization, generation, incremental detokenization, stop
 strings, delta generation. Its chat template renders only the last user message,
-and its engine "generates" the prompt's tokens back one per step.
+and its engine "generates" the prompt's tokens back one per step (or
+`tokens_per_step` per pass of the event loop).
 
 Tokenizer: text is split into pieces of at most 6 UTF-8 bytes (a piece starts at
 whitespace or continues a word) and a piece's id is its bytes read as a big-endian
@@ -137,9 +138,21 @@ class EchoStats:
 
 class EchoEngine:
     def __init__(
-        self, *, model_name: str = "echo", delay: float = 0.0, context_length: int = 32768
+        self,
+        *,
+        model_name: str = "echo",
+        delay: float = 0.0,
+        context_length: int = 32768,
+        tokens_per_step: int = 1,
     ):
+        """`delay`: seconds before each token. Without one, `tokens_per_step` tokens are
+        generated per pass of the event loop: 1 hands the loop back after every token;
+        more stands for an engine faster than the front end (each token is still its
+        own output, so its own chunk), as NVIDIA Dynamo's zero-delay echo engine is."""
+        if tokens_per_step < 1:
+            raise ValueError("tokens_per_step must be at least 1")
         self.delay = delay
+        self.tokens_per_step = tokens_per_step
         self.stats = EchoStats()
         self.unavailable: str | None = None
         self.fail_after_tokens: int | None = None
@@ -191,11 +204,12 @@ class EchoEngine:
             stop_ids = set(request.stop.stop_token_ids)
             prompt = request.prompt_token_ids
             want_logprobs = request.logprobs is not None
+            per_step = self.tokens_per_step
             for n, token_id in enumerate(prompt, start=1):
                 if self.delay:
                     await asyncio.sleep(self.delay)
-                else:
-                    await asyncio.sleep(0)  # one step per token: let other sockets run
+                elif per_step == 1 or n % per_step == 1:
+                    await asyncio.sleep(0)  # one step: let other sockets run
                 if self.fail_after_tokens is not None and n > self.fail_after_tokens:
                     raise EngineFailure("echo engine: injected failure")
                 stats.tokens_generated += 1

@@ -351,3 +351,36 @@ def test_the_tokenizer_floor_never_exceeds_the_real_count(text: str) -> None:
     assert fewest_tokens(echo, text) == echo.fewest_tokens(text)
     dense = "abcdef" * 100  # six characters a token: the floor is exact
     assert echo.fewest_tokens(dense) == len(echo.encode(dense)) == 100
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("per_step", [1, 4])
+async def test_tokens_per_step_is_how_many_tokens_one_loop_pass_generates(per_step: int) -> None:
+    engine = EchoEngine(tokens_per_step=per_step)
+    await engine.start()
+    prompt = EchoTokenizer().encode(" word" * 10)
+    passes = 0
+    stop = asyncio.Event()
+
+    async def count_passes() -> None:
+        nonlocal passes
+        while not stop.is_set():
+            passes += 1
+            await asyncio.sleep(0)
+
+    counter = asyncio.create_task(count_passes())
+    await asyncio.sleep(0)
+    seen: list[tuple[int, int]] = []  # (pass, token count) of each output
+    async with aclosing(engine.generate(EngineRequest("r", prompt))) as outputs:
+        async for out in outputs:
+            seen.append((passes, len(out.token_ids)))
+    stop.set()
+    await counter
+    assert all(count == 1 for _, count in seen)  # each token is still its own output
+    by_pass = [sum(1 for p, _ in seen if p == n) for n in sorted({p for p, _ in seen})]
+    assert by_pass == [per_step] * (10 // per_step) + ([10 % per_step] if 10 % per_step else [])
+
+
+def test_tokens_per_step_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="tokens_per_step"):
+        EchoEngine(tokens_per_step=0)
