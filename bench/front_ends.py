@@ -24,8 +24,11 @@ import os
 import statistics
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.batching.servers import tree_cpu_seconds
 from bench.procs import ServerProcess, raise_fd_limit, start_server
@@ -83,6 +86,38 @@ def _worker(port: int, streams: int, seconds: float, queue: Any) -> None:
     queue.put(uvloop.run(main()))
 
 
+def _ttft_buckets(server: ServerProcess) -> dict[float, float] | None:
+    """The server's own TTFT histogram for HTTP (cumulative count per upper bound; empty
+    before its first request), or None for a server without one (Dynamo)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    buckets: dict[float, float] = {}
+    if "realtime_time_to_first_token_seconds" not in text:
+        return None
+    for family in text_string_to_metric_families(text):
+        if family.name != "realtime_time_to_first_token_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_bucket") and sample.labels.get("transport") == "http":
+                buckets[float(sample.labels["le"])] = sample.value
+    return buckets
+
+
+def _bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
+    """The upper bound (ms) of the bucket holding quantile `q` of what was observed
+    between the two scrapes."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    total = counts[-1]
+    for bound, count in zip(bounds, counts, strict=True):
+        if total and count >= q * total:
+            return bound * 1000
+    return float("nan")
+
+
 def measure(server: ServerProcess, streams: int, seconds: float, workers: int) -> dict[str, float]:
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
@@ -90,6 +125,7 @@ def measure(server: ServerProcess, streams: int, seconds: float, workers: int) -
     processes = [
         context.Process(target=_worker, args=(server.port, n, seconds, queue)) for n in per
     ]
+    ttft0 = _ttft_buckets(server)
     cpu0 = tree_cpu_seconds(server.pid)
     started = time.perf_counter()
     for process in processes:
@@ -101,12 +137,19 @@ def measure(server: ServerProcess, streams: int, seconds: float, workers: int) -
         process.join()
     chunks = sum(r["chunks"] for r in results)
     ttft = sorted(t for r in results for t in r["ttft"])
-    return {
+    cells = {
         "chunks/s": chunks / elapsed,
         "TTFT p50 ms": ttft[len(ttft) // 2] * 1000 if ttft else float("nan"),
         "TTFT p99 ms": ttft[int(len(ttft) * 0.99)] * 1000 if ttft else float("nan"),
         "server CPU per chunk us": cpu / chunks * 1e6 if chunks else float("nan"),
     }
+    ttft1 = _ttft_buckets(server)
+    if ttft0 is not None and ttft1:
+        # The server's own clock, from the request read to its first chunk: what the
+        # clients' figures add is the connection's and the load generator's share.
+        cells["server TTFT p50 <= ms"] = _bucket_quantile(ttft0, ttft1, 0.5)
+        cells["server TTFT p99 <= ms"] = _bucket_quantile(ttft0, ttft1, 0.99)
+    return cells
 
 
 def start(
@@ -197,7 +240,7 @@ def main() -> None:
         f"{args.echo_tokens_per_step} token(s) per pass (ours)"
     )
     for n in counts:
-        cells = {k: statistics.median(r[k] for r in runs[n]) for k in runs[n][0]}
+        cells = {k: statistics.median(r[k] for r in runs[n] if k in r) for k in runs[n][0]}
         label = {"dynamo": "dynamo 1.6.1", "baseline": f"baseline {args.baseline}"}.get(
             str(n), f"--api-servers {n}"
         )
