@@ -22,6 +22,7 @@ import json
 import multiprocessing
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 import urllib.request
@@ -181,6 +182,14 @@ def start_dynamo(python: str, scratch: Path) -> ServerProcess:
     return start_server("dynamo", argv, scratch, python=python, env=env, timeout=120)
 
 
+def _revision(tree: Path) -> str:
+    """The commit a checkout is at (its path would name this machine's layout)."""
+    result = subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return result.stdout.strip() or "(not a git checkout)"
+
+
 def _start(n: int | str, args: argparse.Namespace, scratch: Path) -> ServerProcess:
     if n == "dynamo":
         return start_dynamo(args.dynamo_python, scratch)
@@ -241,7 +250,7 @@ def main() -> None:
     )
     for n in counts:
         cells = {k: statistics.median(r[k] for r in runs[n] if k in r) for k in runs[n][0]}
-        label = {"dynamo": "dynamo 1.6.1", "baseline": f"baseline {args.baseline}"}.get(
+        label = {"dynamo": "dynamo 1.6.1", "baseline": f"baseline {_revision(args.baseline)}"}.get(
             str(n), f"--api-servers {n}"
         )
         print(f"{label}: " + ", ".join(f"{k} {v:,.1f}" for k, v in cells.items()))
