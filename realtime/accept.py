@@ -16,6 +16,10 @@ file descriptors pauses accepting for `RETRY_SECONDS` with one warning, as
 asyncio's own server does, instead of spinning on a socket that stays readable.
 It stands where uvicorn keeps its servers (`Server.servers`), so uvicorn's
 shutdown closes it like one.
+
+Front ends sharing one listening socket (`--api-servers`) each watch it; the one
+whose loop wakes first takes what is waiting, so a burst of connections goes
+mostly to the least busy front end (uvloop's one-per-pass did the same, slower).
 """
 
 from __future__ import annotations
