@@ -47,6 +47,15 @@ def connect_all(port: int, count: int) -> list[socket.socket]:
     return [socket.create_connection(("127.0.0.1", port)) for _ in range(count)]
 
 
+def close_all(acceptor: Acceptor, clients: list[socket.socket]) -> None:
+    acceptor.close()
+    for client in clients:
+        client.close()
+    for protocol in Recorder.made:
+        assert protocol.transport is not None
+        protocol.transport.close()
+
+
 async def until(predicate: Any, timeout: float = 10.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():
@@ -66,12 +75,7 @@ async def test_one_wake_up_accepts_every_waiting_connection(listener):
         clients[7].settimeout(5)
         assert clients[7].recv(100) == b"echo:hello"
     finally:
-        acceptor.close()
-        for client in clients:
-            client.close()
-        for protocol in Recorder.made:
-            assert protocol.transport is not None
-            protocol.transport.close()
+        close_all(acceptor, clients)
 
 
 async def test_a_wake_up_accepts_at_most_accepts_per_wake(listener, monkeypatch):
@@ -85,11 +89,7 @@ async def test_a_wake_up_accepts_at_most_accepts_per_wake(listener, monkeypatch)
         await asyncio.sleep(0.05)
         assert len(Recorder.made) == 3
     finally:
-        for client in clients:
-            client.close()
-        for protocol in Recorder.made:
-            assert protocol.transport is not None
-            protocol.transport.close()
+        close_all(acceptor, clients)
 
 
 async def test_running_out_of_descriptors_pauses_accepting_then_resumes(
@@ -113,6 +113,7 @@ async def test_running_out_of_descriptors_pauses_accepting_then_resumes(
 
     exhausted = Exhausted(listener)
     acceptor._sock = exhausted  # type: ignore[assignment]
+    clients: list[socket.socket] = []
     try:
         acceptor._accept_waiting()
         assert exhausted.calls == 1  # no spinning on a socket that stays readable
@@ -123,12 +124,7 @@ async def test_running_out_of_descriptors_pauses_accepting_then_resumes(
         await until(lambda: len(Recorder.made) == 2)  # resumed by itself
         assert acceptor._serving
     finally:
-        acceptor.close()
-        for client in clients:
-            client.close()
-        for protocol in Recorder.made:
-            assert protocol.transport is not None
-            protocol.transport.close()
+        close_all(acceptor, clients)
 
 
 async def test_a_closed_acceptor_accepts_nothing_more(listener):
