@@ -144,6 +144,10 @@ class RealtimeServer(uvicorn.Server):
         else:
             # uvicorn's startup without its servers (the lifespan, the app's state), then
             # an `Acceptor` per socket: uvloop's own accepts one connection per loop pass.
+            # Listening first: `started` turns true inside uvicorn's startup, and a
+            # client that connects then waits in the backlog instead of being refused.
+            for sock in sockets:
+                sock.listen(self.config.backlog)
             await super().startup([])
             if self.started:
                 self.servers = [self._acceptor(sock) for sock in sockets]  # type: ignore[misc]

@@ -1,13 +1,47 @@
-"""realtime.server.tune_gc: a higher young threshold and frozen startup objects, or nothing."""
+"""realtime.server: the listening socket ready when the server says it started; tune_gc."""
 
 from __future__ import annotations
 
 import gc
+import socket
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+import uvicorn
 
-from realtime.server import tune_gc
+from realtime.app import build_app
+from realtime.config import ServerConfig
+from realtime.engine.echo import EchoEngine
+from realtime.server import RealtimeServer, ServerThread, loopback_socket, tune_gc, uvicorn_config
+
+
+def test_the_socket_listens_by_the_time_the_server_says_it_started(monkeypatch):
+    # uvicorn's startup sets `started`, which `ServerThread.start` waits for, before the
+    # server's own acceptors exist: a client connecting then must wait, not be refused.
+    seen: list[str] = []
+    original = uvicorn.Server.startup
+
+    async def startup(self: uvicorn.Server, sockets: Any = None) -> None:
+        await original(self, sockets)
+        assert self.started
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+            seen.append("connected")
+        except ConnectionRefusedError:
+            seen.append("refused")
+
+    monkeypatch.setattr(uvicorn.Server, "startup", startup)
+    config = ServerConfig(log_level="warning")
+    app = build_app(config, EchoEngine())
+    sock = loopback_socket()
+    port = sock.getsockname()[1]
+    runner = ServerThread(RealtimeServer(uvicorn_config(config, app), app, 1.0), sock)
+    runner.start()
+    try:
+        assert seen == ["connected"]
+    finally:
+        runner.stop()
 
 
 @pytest.fixture
