@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,7 @@ def test_the_socket_listens_by_the_time_the_server_says_it_started(monkeypatch):
     # uvicorn's startup sets `started`, which `ServerThread.start` waits for, before the
     # server's own acceptors exist: a client connecting then must wait, not be refused.
     seen: list[str] = []
+    tried = threading.Event()
     original = uvicorn.Server.startup
 
     async def startup(self: uvicorn.Server, sockets: Any = None) -> None:
@@ -30,6 +32,7 @@ def test_the_socket_listens_by_the_time_the_server_says_it_started(monkeypatch):
             seen.append("connected")
         except ConnectionRefusedError:
             seen.append("refused")
+        tried.set()
 
     monkeypatch.setattr(uvicorn.Server, "startup", startup)
     config = ServerConfig(log_level="warning")
@@ -39,6 +42,8 @@ def test_the_socket_listens_by_the_time_the_server_says_it_started(monkeypatch):
     runner = ServerThread(RealtimeServer(uvicorn_config(config, app), app, 1.0), sock)
     runner.start()
     try:
+        # `start` returns as soon as `started` is true, maybe before the try above ran
+        assert tried.wait(10)
         assert seen == ["connected"]
     finally:
         runner.stop()
